@@ -1,0 +1,26 @@
+"""Connection settings every fleet process shares.
+
+Each process builds exactly one settings object (a subclass of `FleetSettings`) from
+environment variables prefixed `FLEET_` and passes it down; nothing reads the environment
+anywhere else.
+"""
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "FLEET_"
+
+
+class FleetSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL for replies and result lookup")
+    home: Path = Field(Path(".fleet"), description="Folder for local state: stack data, model registry")
+    model_dir: Path | None = Field(None, description="Model registry folder; default <home>/models")
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.model_dir if self.model_dir is not None else self.home / "models"

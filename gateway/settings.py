@@ -1,0 +1,19 @@
+"""Settings of the gateway process and of the Python client for services."""
+
+from pydantic import Field
+
+from fleet.config import FleetSettings
+
+
+class ClientSettings(FleetSettings):
+    default_timeout_s: float = Field(10.0, gt=0, description="Deadline of a request when the caller names none")
+    reply_stream_maxlen: int = Field(100_000, ge=100, description="Approximate cap on a waiter's reply stream")
+    partitions: int = Field(4, ge=1, description="Partitions of a request topic when the client creates it")
+
+
+class GatewaySettings(ClientSettings):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")
+    max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are 413")
+    max_text_chars: int = Field(8192, ge=1, description="Longer texts are 422")

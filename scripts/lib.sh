@@ -1,0 +1,25 @@
+# Sourced by every script in scripts/: finds the repo, makes sure the virtual environment
+# exists with the project installed (re-installs only when pyproject.toml changes).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${FLEET_VENV:-$ROOT/.venv}
+PY=$VENV/bin/python
+export PYTHONUNBUFFERED=1
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+ensure_python() {
+    if [ ! -x "$PY" ]; then
+        log "creating virtual environment in $VENV"
+        python3 -m venv "$VENV"
+    fi
+    local stamp
+    stamp="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+    if [ ! -f "$stamp" ]; then
+        log "installing the project and its dependencies (first run downloads torch: a few minutes)"
+        "$PY" -m pip install -q --upgrade pip
+        "$PY" -m pip install -q --progress-bar off -e "$ROOT[dev]"
+        rm -f "$VENV"/.installed-*
+        touch "$stamp"
+    fi
+}

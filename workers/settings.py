@@ -1,0 +1,30 @@
+"""Settings of one worker process: one model, one role, one device, one backend."""
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from fleet.config import FleetSettings
+
+
+class Role(StrEnum):
+    primary = "primary"
+    fallback = "fallback"
+    shadow = "shadow"
+
+
+class WorkerSettings(FleetSettings):
+    model: str = Field("minilm-embed", description="Model this worker serves")
+    model_version: str | None = Field(None, description="Pin a registered version; default the newest of `precision`")
+    precision: str = Field("fp32", description="Precision to pick when no version is pinned: fp32 | int8")
+    role: Role = Role.primary
+    device: str = Field("cpu", description="cpu | cuda")
+    backend: str = Field("onnxruntime", description="onnxruntime | torch")
+    worker_id: str | None = Field(None, description="Stable id for logs, heartbeats and results; default host-pid")
+    max_batch_size: int = Field(32, ge=1, le=4096)
+    max_queue_delay_ms: float = Field(20.0, ge=0)
+    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 lets ONNX Runtime decide")
+    max_input_tokens: int = Field(256, ge=8, description="Inputs are truncated to this many tokens")
+    result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
+    metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")
+    partitions: int = Field(4, ge=1, description="Partitions of a request topic when the worker creates it")
