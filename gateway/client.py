@@ -1,0 +1,195 @@
+"""The Python client for services and pipelines.
+
+    async with FleetClient(settings) as client:
+        result = await client.infer("minilm-embed", "where is my parcel?", timeout=5)
+
+It produces straight to Kafka and awaits the reply through Redis (see waiter.py). Clients
+are injected or, when none is passed, built from settings and owned (closed) by the client.
+"""
+
+import asyncio
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from redis.asyncio import Redis
+
+from fleet.topics import ensure_topics
+from gateway.settings import ClientSettings
+from gateway.waiter import ReplyWaiter
+from schemas.names import requests_topic, result_key
+from schemas.wire import ReplyTo, Request, Result, new_request_id, now_ms
+
+
+class InferenceTimeout(TimeoutError):
+    def __init__(self, request_id: str, timeout_s: float) -> None:
+        super().__init__(f"no result for request {request_id} within {timeout_s:g} s")
+        self.request_id = request_id
+
+
+@dataclass
+class PipelineOutcome:
+    """What a results-topic run got back: one result per id, plus what went wrong."""
+
+    results: dict[str, Result]
+    duplicates: int = 0
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    version: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    tenant: str | None = None
+    debug: bool = False
+
+
+class FleetClient:
+    def __init__(self, settings: ClientSettings | None = None, *, producer: AIOKafkaProducer | None = None,
+                 redis: Redis | None = None) -> None:
+        self.settings = settings if settings is not None else ClientSettings()
+        self._producer = producer
+        self._redis = redis
+        self._waiter: ReplyWaiter | None = None
+        self._exit = AsyncExitStack()
+        self._known_topics: set[str] = set()
+
+    async def start(self) -> None:
+        if self._waiter is not None:
+            return
+        if self._redis is None:
+            self._redis = Redis.from_url(self.settings.redis_url)
+            self._exit.push_async_callback(self._redis.aclose)
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
+                                              linger_ms=2, enable_idempotence=True)
+            await self._producer.start()
+            self._exit.push_async_callback(self._producer.stop)
+        self._waiter = ReplyWaiter(self._redis)
+        self._waiter.start()
+        self._exit.push_async_callback(self._waiter.stop)
+
+    async def stop(self) -> None:
+        await self._exit.aclose()
+        self._waiter = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("client not started")
+        return self._producer
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise RuntimeError("client not started")
+        return self._redis
+
+    @property
+    def waiter(self) -> ReplyWaiter:
+        if self._waiter is None:
+            raise RuntimeError("client not started")
+        return self._waiter
+
+    def build_request(self, model: str, text: str, *, timeout: float | None = None, reply: ReplyTo,
+                      options: RequestOptions | None = None) -> Request:
+        options = options or RequestOptions()
+        submitted = now_ms()
+        deadline = submitted + int((timeout or self.settings.default_timeout_s) * 1000)
+        return Request(id=new_request_id(), model=model, version=options.version, inputs={"text": text},
+                       params=options.params, reply=reply, deadline_ms=deadline, priority=options.priority,
+                       submitted_ms=submitted, debug=options.debug, tenant=options.tenant)
+
+    async def publish(self, request: Request) -> None:
+        """Produce a request and wait for Kafka to acknowledge it (acks=all)."""
+        topic = requests_topic(request.model)
+        if topic not in self._known_topics:
+            await ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions)
+            self._known_topics.add(topic)
+        await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
+
+    async def infer(self, model: str, text: str, *, timeout: float | None = None,
+                    options: RequestOptions | None = None) -> Result:
+        """Send one request and await its result; InferenceTimeout names the id when the deadline passes."""
+        timeout = timeout or self.settings.default_timeout_s
+        request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(redis=self.waiter.waiter_id),
+                                     options=options)
+        reply = self.waiter.expect(request.id)
+        try:
+            await self.publish(request)
+            remaining = max(request.deadline_ms - now_ms(), 0) / 1000
+            return await asyncio.wait_for(asyncio.shield(reply), timeout=remaining)
+        except TimeoutError:
+            late = await self.result(request.id)  # the reply may have raced the deadline
+            if late is not None:
+                return late
+            raise InferenceTimeout(request.id, timeout) from None
+        finally:
+            self.waiter.forget(request.id)
+
+    async def submit(self, model: str, text: str, *, timeout: float | None = None,
+                     results_topic: str | None = None, options: RequestOptions | None = None) -> str:
+        """Fire and forget: returns the request id; read the result later with `result()`."""
+        request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(topic=results_topic),
+                                     options=options)
+        await self.publish(request)
+        return request.id
+
+    async def result(self, request_id: str) -> Result | None:
+        raw = await self.redis.get(result_key(request_id))
+        return Result.decode(raw) if raw is not None else None
+
+    async def run_pipeline(self, model: str, texts: Sequence[str], *, results_topic: str,
+                           timeout: float = 60.0, options: RequestOptions | None = None) -> PipelineOutcome:
+        """Produce one request per text with a results topic, then read that topic until every
+        id has a result (or `timeout` passes). Redelivered duplicates are counted, not returned."""
+        await ensure_topics(self.settings.kafka_bootstrap, [results_topic], self.settings.partitions)
+        reader = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+        await reader.start()
+        try:
+            partitions = [TopicPartition(results_topic, p) for p in (await reader.partitions_for_topic(results_topic) or ())]
+            reader.assign(partitions)
+            for tp, offset in (await reader.end_offsets(partitions)).items():
+                reader.seek(tp, offset)  # only results produced after this point matter
+            requests = [self.build_request(model, text, timeout=timeout, reply=ReplyTo(topic=results_topic),
+                                           options=options) for text in texts]
+            waiting = {request.id for request in requests}
+            await self._publish_many(requests)
+            return await _collect(reader, waiting, time.monotonic() + timeout)
+        finally:
+            await reader.stop()
+
+    async def _publish_many(self, requests: list[Request]) -> None:
+        if not requests:
+            return
+        await self.publish(requests[0])  # creates the topic if needed
+        topic = requests_topic(requests[0].model)
+        futures = [await self.producer.send(topic, r.encode(), key=r.id.encode()) for r in requests[1:]]
+        await asyncio.gather(*futures)
+
+
+async def _collect(reader: AIOKafkaConsumer, waiting: set[str], give_up_at: float) -> PipelineOutcome:
+    outcome = PipelineOutcome(results={})
+    while waiting and (left := give_up_at - time.monotonic()) > 0:
+        batches = await reader.getmany(timeout_ms=int(min(left, 1.0) * 1000), max_records=1000)
+        for records in batches.values():
+            for record in records:
+                result = Result.decode(record.value)
+                if result.id in outcome.results:
+                    outcome.duplicates += 1
+                elif result.id in waiting:
+                    outcome.results[result.id] = result
+                    waiting.discard(result.id)
+    outcome.missing = sorted(waiting)
+    return outcome

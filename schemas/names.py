@@ -1,0 +1,32 @@
+"""Every Kafka topic and Redis key name the fleet uses, in one place.
+
+Non-Python producers and consumers follow the same names; schemas/README.md lists them.
+"""
+
+TOPIC_PREFIX = "fleet"
+DLQ_TOPIC = f"{TOPIC_PREFIX}.dlq"
+DEFAULT_RESULTS_TOPIC = f"{TOPIC_PREFIX}.results"
+
+
+def requests_topic(model: str) -> str:
+    """Primary request topic of a model; its consumer group is the model name."""
+    return f"{TOPIC_PREFIX}.requests.{model}"
+
+
+def fallback_topic(model: str) -> str:
+    """Requests for the CPU fallback workers of a model."""
+    return f"{requests_topic(model)}.cpu"
+
+
+def consumer_group(model: str, role: str = "primary") -> str:
+    return model if role == "primary" else f"{model}.{role}"
+
+
+def result_key(request_id: str) -> str:
+    """Redis string holding the msgpack result of a request, with a TTL."""
+    return f"{TOPIC_PREFIX}:result:{request_id}"
+
+
+def reply_stream(waiter_id: str) -> str:
+    """Redis stream a waiter (a gateway or client process) reads its replies from."""
+    return f"{TOPIC_PREFIX}:reply:{waiter_id}"

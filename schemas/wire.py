@@ -1,0 +1,142 @@
+"""The wire contract: requests, results and dead letters as msgpack maps.
+
+Field tables and a byte-level example for non-Python producers are in schemas/README.md.
+Validation errors name the offending field so a dead letter's reason is actionable.
+"""
+
+import secrets
+import time
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+SCHEMA_VERSION = 1
+
+RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+
+
+class WireError(ValueError):
+    """Bytes that are not a valid message of the contract; the message says why."""
+
+
+def new_request_id() -> str:
+    """Random 128-bit id, hex."""
+    return secrets.token_hex(16)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    v: int = SCHEMA_VERSION
+
+    def encode(self) -> bytes:
+        return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        try:
+            data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several unrelated types for garbage
+            raise WireError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise WireError(f"expected a msgpack map, got {type(data).__name__}")
+        version = data.get("v")
+        if version != SCHEMA_VERSION:
+            raise WireError(f"unsupported schema version v={version!r}; this worker reads v={SCHEMA_VERSION}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise WireError(_describe(exc)) from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in error["loc"]) or "<message>"
+        parts.append(f"{field}: {error['msg']}")
+    return "invalid fields: " + "; ".join(parts)
+
+
+class ReplyTo(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    redis: str | None = Field(None, min_length=1, max_length=128, description="Waiter id: reply stream fleet:reply:<id>")
+    topic: str | None = Field(None, min_length=1, max_length=249, description="Kafka results topic")
+
+
+class Request(_Wire):
+    id: RequestId
+    model: ModelName
+    version: str | None = None
+    inputs: dict[str, Any]
+    params: dict[str, Any] = Field(default_factory=dict)
+    reply: ReplyTo = Field(default_factory=ReplyTo)
+    deadline_ms: int = Field(gt=0, description="Epoch ms after which the caller no longer wants the answer")
+    priority: int = Field(0, ge=0, le=9)
+    submitted_ms: int = Field(gt=0)
+    debug: bool = False
+    tenant: str | None = Field(None, max_length=128)
+
+    @property
+    def text(self) -> str:
+        """The text input of a text model; a missing or non-string text is a WireError."""
+        value = self.inputs.get("text")
+        if not isinstance(value, str):
+            raise WireError("inputs.text: a string is required")
+        return value
+
+
+class Status(StrEnum):
+    ok = "ok"
+    error = "error"
+    expired = "expired"
+    degraded = "degraded"
+
+
+class CacheTier(StrEnum):
+    miss = "miss"
+    exact = "exact"
+    semantic = "semantic"
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    code: str
+    message: str
+
+
+class Result(_Wire):
+    id: RequestId
+    model: str
+    version: str | None = None
+    status: Status
+    outputs: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    cache: CacheTier = CacheTier.miss
+    device: str | None = None
+    batch_size: int = 0
+    timings: dict[str, float] = Field(default_factory=dict, description="Per-stage milliseconds")
+    worker: str | None = None
+    finished_ms: int = Field(default_factory=now_ms)
+
+    def encode(self) -> bytes:
+        # Single floats halve the size of embeddings on the wire; float32 is what models produce.
+        return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True, use_single_float=True)
+
+
+class DeadLetter(_Wire):
+    reason: str
+    topic: str
+    partition: int
+    offset: int
+    original: bytes
+    worker: str | None = None
+    time_ms: int = Field(default_factory=now_ms)

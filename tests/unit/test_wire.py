@@ -1,0 +1,72 @@
+import msgpack
+import pytest
+
+from schemas.names import fallback_topic, reply_stream, requests_topic, result_key
+from schemas.wire import SCHEMA_VERSION, DeadLetter, ReplyTo, Request, Result, Status, WireError, new_request_id
+
+
+def a_request(**overrides: object) -> Request:
+    fields: dict[str, object] = dict(id=new_request_id(), model="minilm-embed", inputs={"text": "hello"},
+                                     reply=ReplyTo(redis="w1"), deadline_ms=2_000_000_000_000,
+                                     submitted_ms=1_700_000_000_000)
+    fields.update(overrides)
+    return Request(**fields)
+
+
+def test_request_round_trips_through_msgpack() -> None:
+    request = a_request(params={"normalize": True}, tenant="acme", priority=3)
+    assert Request.decode(request.encode()) == request
+
+
+def test_encoded_request_is_a_plain_msgpack_map_with_schema_version() -> None:
+    data = msgpack.unpackb(a_request().encode())
+    assert data["v"] == SCHEMA_VERSION
+    assert data["inputs"] == {"text": "hello"}
+    assert "version" not in data  # None fields are left out, not sent as nil
+
+
+def test_result_embedding_survives_single_float_packing() -> None:
+    result = Result(id=new_request_id(), model="m", status=Status.ok, outputs={"embedding": [0.25, -0.5]})
+    assert Result.decode(result.encode()).outputs == {"embedding": [0.25, -0.5]}
+
+
+def test_garbage_bytes_are_a_wire_error_naming_msgpack() -> None:
+    with pytest.raises(WireError, match="not msgpack"):
+        Request.decode(b"\xc1\xff not msgpack")
+
+
+def test_a_non_map_is_refused() -> None:
+    with pytest.raises(WireError, match="expected a msgpack map"):
+        Request.decode(msgpack.packb([1, 2, 3]))
+
+
+def test_missing_fields_are_named() -> None:
+    raw = msgpack.packb({"v": 1, "id": new_request_id(), "model": "minilm-embed"})
+    with pytest.raises(WireError) as caught:
+        Request.decode(raw)
+    assert "inputs" in str(caught.value) and "deadline_ms" in str(caught.value)
+
+
+def test_bad_id_and_unknown_schema_version() -> None:
+    raw = a_request().model_dump() | {"id": "not-hex"}
+    with pytest.raises(WireError, match="id"):
+        Request.decode(msgpack.packb(raw))
+    with pytest.raises(WireError, match="unsupported schema version"):
+        Request.decode(msgpack.packb(a_request().model_dump() | {"v": 99}))
+
+
+def test_text_accessor_requires_a_string() -> None:
+    with pytest.raises(WireError, match="inputs.text"):
+        _ = a_request(inputs={"text": 42}).text
+
+
+def test_dead_letter_keeps_original_bytes() -> None:
+    letter = DeadLetter(reason="not msgpack", topic="t", partition=1, offset=7, original=b"\x00\x01")
+    assert DeadLetter.decode(letter.encode()).original == b"\x00\x01"
+
+
+def test_names_are_defined_in_one_place() -> None:
+    assert requests_topic("minilm-embed") == "fleet.requests.minilm-embed"
+    assert fallback_topic("minilm-embed") == "fleet.requests.minilm-embed.cpu"
+    assert result_key("ab") == "fleet:result:ab"
+    assert reply_stream("w1") == "fleet:reply:w1"

@@ -1,0 +1,36 @@
+"""`fleet-worker` / `python -m workers.main`: run one worker process until SIGTERM."""
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from prometheus_client import start_http_server
+
+from workers.consumer import Worker
+from workers.settings import WorkerSettings
+
+
+async def serve(settings: WorkerSettings, *, burst: bool) -> int:
+    async with Worker(settings) as worker:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.request_stop)
+        if settings.metrics_port is not None:
+            start_http_server(settings.metrics_port, addr="127.0.0.1", registry=worker.metrics.registry)
+        print(f"worker {worker.worker_id} ready: model {settings.model} version {worker.backend.manifest.id}", flush=True)
+        return await worker.run(burst=burst)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve one model from its Kafka request topic. Settings: FLEET_* env vars.")
+    parser.add_argument("--burst", action="store_true", help="drain the backlog, then exit")
+    args = parser.parse_args(argv)
+    settings = WorkerSettings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    processed = asyncio.run(serve(settings, burst=args.burst))
+    logging.getLogger(__name__).info("worker stopped after %d records", processed)
+
+
+if __name__ == "__main__":
+    main()
