@@ -1,0 +1,150 @@
+"""Detached server processes of the local stack, tracked by pid files.
+
+`down` stops only what `up` started: a pid counts as ours only while the pid file names it
+and its command line still carries the markers we started it with (a recycled pid of some
+other program is never signalled).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost"})
+
+
+class StackError(RuntimeError):
+    """The stack could not do what was asked; the message says why and what to look at."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a local server listens: always loopback."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def loopback_endpoint(host: str, port: int, what: str) -> Endpoint:
+    """The local stack serves 127.0.0.1 only: refuse any other host in the settings."""
+    if host not in LOOPBACK_NAMES:
+        raise StackError(f"{what} names host {host!r}; the local stack listens on 127.0.0.1 only")
+    if not 0 < port < 65536:
+        raise StackError(f"{what} names port {port}, not a TCP port")
+    return Endpoint("127.0.0.1", port)
+
+
+@dataclass(frozen=True)
+class Managed:
+    """One server process: its pid file, its log file and strings found in its command line."""
+
+    name: str
+    pid_file: Path
+    log_file: Path
+    markers: tuple[str, ...]
+
+    def pid(self) -> int | None:
+        """The pid of our running process, or None (a stale pid file is removed)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        cmdline = _cmdline(pid) if _alive(pid) else ""
+        if cmdline and all(marker in cmdline for marker in self.markers):
+            return pid
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def start(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start detached (own session, output appended to the log file) and write the pid file."""
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return proc
+
+    def stop(self, timeout_s: float) -> int | None:
+        """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the pid stopped, or None."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        _signal(pid, signal.SIGTERM)
+        if not _wait_gone(pid, timeout_s):
+            _signal(pid, signal.SIGKILL)
+            _wait_gone(pid, 10.0)
+        self.pid_file.unlink(missing_ok=True)
+        return pid
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return f"(no log at {self.log_file})"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped: PID 1 of a container may never reap) is gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    """Whether `pid` exits within `timeout_s`."""
+    waiting = Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), retry=retry_if_result(bool))
+    try:
+        waiting(_alive, pid)
+    except RetryError:
+        return False
+    return True
