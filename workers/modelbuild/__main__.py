@@ -1,0 +1,118 @@
+"""`python -m workers.modelbuild`: build, check and register the MiniLM embedding versions.
+
+By default a version whose source package and precision are already registered is kept
+(after re-verifying its hashes), so a second run is quick and says what it skipped;
+`--force` builds fresh versions anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleet.config import FleetSettings
+from workers.modelbuild.build import MODEL_NAME, BuiltVersion, build_fp32, build_int8, describe_check
+from workers.modelbuild.progress import Progress
+from workers.modelbuild.source import locate_packaged_model
+from workers.registry import (
+    ModelManifest,
+    ModelRegistry,
+    ModelSource,
+    Precision,
+    RegistryError,
+)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m workers.modelbuild",
+        description=f"Build, check and register the {MODEL_NAME} FP32 and INT8 ONNX versions.",
+    )
+    parser.add_argument(
+        "--registry",
+        type=Path,
+        default=None,
+        help="model registry folder (default: FLEET_MODEL_DIR, else <FLEET_HOME>/models = .fleet/models)",
+    )
+    parser.add_argument("--force", action="store_true", help="build new versions even if these are already registered")
+    return parser.parse_args(argv)
+
+
+def _registered(
+    registry: ModelRegistry, precision: Precision, source: ModelSource, parent: str | None
+) -> ModelManifest | None:
+    """Newest registered version made from `source` at `precision` (and from `parent`, if given)."""
+    matches = [
+        manifest
+        for manifest in registry.versions(MODEL_NAME)
+        if manifest.precision == precision
+        and manifest.source == source
+        and (parent is None or manifest.parent == parent)
+    ]
+    return matches[-1] if matches else None
+
+
+def _keep(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) -> BuiltVersion:
+    # A skipped version is still one we vouch for: re-hash it so a damaged copy is caught here.
+    registry.verify(manifest)
+    progress.step(
+        f"{manifest.precision.upper()} already built: {manifest.id} (hashes verified; --force rebuilds), skipping"
+    )
+    return BuiltVersion(manifest, newly_built=False)
+
+
+def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
+    header = ("version id", "precision", "status", "size MB", "check")
+    rows = [header]
+    for version in versions:
+        manifest = version.manifest
+        size_mb = registry.path_of(manifest, manifest.onnx_file).stat().st_size / 1e6
+        rows.append(
+            (
+                manifest.id,
+                manifest.precision,
+                "built" if version.newly_built else "kept",
+                f"{size_mb:.1f}",
+                f"{manifest.check.name}: {describe_check(manifest.check)}",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    registry_root: Path = args.registry if args.registry is not None else FleetSettings().registry_dir
+    registry = ModelRegistry(registry_root)
+    progress = Progress()
+    packaged = locate_packaged_model()
+    progress.step(
+        f"registry {registry_root.resolve()}; source {packaged.source.package} {packaged.package_version} "
+        f"({packaged.source.base_model})"
+    )
+    try:
+        existing_fp32 = None if args.force else _registered(registry, "fp32", packaged.source, parent=None)
+        if existing_fp32 is not None:
+            fp32 = _keep(registry, existing_fp32, progress)
+        else:
+            fp32 = build_fp32(registry, packaged, progress)
+        existing_int8 = None if args.force else _registered(registry, "int8", packaged.source, parent=fp32.manifest.id)
+        if existing_int8 is not None:
+            int8 = _keep(registry, existing_int8, progress)
+        else:
+            int8 = build_int8(registry, fp32.manifest, progress)
+    except RegistryError as error:
+        # Includes a failed accuracy check (CheckNotPassed) with its figures.
+        progress.step(f"FAILED: {error}")
+        return 1
+    progress.step("done")
+    print()
+    print(_summary(registry, [fp32, int8]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

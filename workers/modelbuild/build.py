@@ -1,0 +1,173 @@
+"""The build steps for one version each: FP32 from PyTorch, INT8 from a registered FP32.
+
+A version is staged in its own registry folder and only becomes visible when
+`ModelRegistry.register` writes its manifest, which it does only when the check passed.
+Any failure removes the staged folder, so the registry never holds half a version.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from workers.modelbuild.checks import (
+    check_fp32_matches_reference,
+    check_int8_close_to_fp32,
+    onnx_embeddings,
+    reference_embeddings,
+)
+from workers.modelbuild.graph import describe_io
+from workers.modelbuild.progress import Progress
+from workers.modelbuild.sentences import CHECK_SENTENCES
+from workers.modelbuild.source import TOKENIZER_FILE, PackagedModel
+from workers.registry import AccuracyCheck, ModelManifest, ModelRegistry, ModelSource, Precision, hash_files
+
+MODEL_NAME = "minilm-embed"
+ONNX_FILE = "model.onnx"
+
+
+@dataclass(frozen=True)
+class BuiltVersion:
+    manifest: ModelManifest
+    newly_built: bool
+
+
+@contextmanager
+def _staged_version(registry: ModelRegistry, name: str, created: datetime) -> Iterator[tuple[str, Path]]:
+    version_id = registry.next_version_id(name, created.date())
+    folder = registry.version_dir(name, version_id)
+    folder.mkdir(parents=True, exist_ok=False)
+    try:
+        yield version_id, folder
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _manifest(
+    *,
+    version_id: str,
+    created: datetime,
+    precision: Precision,
+    parent: str | None,
+    folder: Path,
+    source: ModelSource,
+    max_length: int,
+    recipe: dict[str, str],
+    check: AccuracyCheck,
+) -> ModelManifest:
+    inputs, outputs = describe_io(folder / ONNX_FILE, normalized_outputs=True)
+    return ModelManifest(
+        id=version_id,
+        name=MODEL_NAME,
+        created=created,
+        precision=precision,
+        parent=parent,
+        source=source,
+        files=hash_files(folder, [ONNX_FILE, TOKENIZER_FILE]),
+        onnx_file=ONNX_FILE,
+        tokenizer_file=TOKENIZER_FILE,
+        max_length=max_length,
+        inputs=inputs,
+        outputs=outputs,
+        recipe=recipe,
+        check=check,
+    )
+
+
+def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progress) -> BuiltVersion:
+    progress.step(f"loading all-MiniLM-L6-v2 in PyTorch from {packaged.source.package} {packaged.package_version}")
+    # torch and transformers load only here, so a run with nothing to build stays quick.
+    from workers.modelbuild import export
+
+    encoder = export.load_encoder(packaged.model_dir)
+    created = datetime.now(UTC)
+    with _staged_version(registry, MODEL_NAME, created) as (version_id, folder):
+        progress.step(f"exporting FP32 ONNX (opset {export.OPSET}) to {folder / ONNX_FILE}")
+        export.export_fp32(encoder, folder / ONNX_FILE)
+        shutil.copyfile(packaged.tokenizer_file, folder / TOKENIZER_FILE)
+
+        progress.step(f"checking FP32 ONNX against PyTorch (sentence-transformers) on {len(CHECK_SENTENCES)} sentences")
+        reference = reference_embeddings(packaged.model_dir, CHECK_SENTENCES)
+        inputs, _ = describe_io(folder / ONNX_FILE, normalized_outputs=True)
+        # One padded batch (every row padded to the longest) and one sentence at a time.
+        runs = [
+            onnx_embeddings(
+                folder / ONNX_FILE,
+                folder / TOKENIZER_FILE,
+                max_length=packaged.max_seq_length,
+                input_names=[spec.name for spec in inputs],
+                sentences=CHECK_SENTENCES,
+                batch_size=batch_size,
+            )
+            for batch_size in (len(CHECK_SENTENCES), 1)
+        ]
+        check = check_fp32_matches_reference(runs, reference)
+        progress.step(f"FP32 check: {describe_check(check)}")
+        manifest = _manifest(
+            version_id=version_id,
+            created=created,
+            precision="fp32",
+            parent=None,
+            folder=folder,
+            source=packaged.source,
+            max_length=packaged.max_seq_length,
+            recipe=export.recipe(),
+            check=check,
+        )
+        registry.register(manifest)
+    progress.step(f"registered as {manifest.id}")
+    return BuiltVersion(manifest, newly_built=True)
+
+
+def build_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress) -> BuiltVersion:
+    from workers.modelbuild import quantize
+
+    registry.verify(fp32)
+    fp32_onnx = registry.path_of(fp32, fp32.onnx_file)
+    fp32_tokenizer = registry.path_of(fp32, fp32.tokenizer_file)
+    created = datetime.now(UTC)
+    with _staged_version(registry, MODEL_NAME, created) as (version_id, folder):
+        progress.step(f"quantising {fp32.id} to INT8 (dynamic, per-channel, MatMul/Gemm weights only)")
+        quantize.quantize_int8(fp32_onnx, folder / ONNX_FILE)
+        shutil.copyfile(fp32_tokenizer, folder / TOKENIZER_FILE)
+
+        progress.step(f"checking INT8 against FP32 ONNX on {len(CHECK_SENTENCES)} sentences")
+        input_names = [spec.name for spec in fp32.inputs]
+        rows = {
+            precision: onnx_embeddings(
+                onnx_path,
+                fp32_tokenizer,
+                max_length=fp32.max_length,
+                input_names=input_names,
+                sentences=CHECK_SENTENCES,
+                batch_size=len(CHECK_SENTENCES),
+            )
+            for precision, onnx_path in (("fp32", fp32_onnx), ("int8", folder / ONNX_FILE))
+        }
+        check = check_int8_close_to_fp32(rows["int8"], rows["fp32"])
+        progress.step(f"INT8 check: {describe_check(check)}")
+        manifest = _manifest(
+            version_id=version_id,
+            created=created,
+            precision="int8",
+            parent=fp32.id,
+            folder=folder,
+            source=fp32.source,
+            max_length=fp32.max_length,
+            recipe=quantize.recipe(),
+            check=check,
+        )
+        registry.register(manifest)
+    progress.step(f"registered as {manifest.id}")
+    return BuiltVersion(manifest, newly_built=True)
+
+
+def describe_check(check: AccuracyCheck) -> str:
+    figures = "".join(f", {key} {value:.6g}" for key, value in sorted(check.figures.items()) if key != "sentences")
+    verdict = "passed" if check.passed else "FAILED"
+    return f"{check.metric} {check.value:.6g} {check.comparison} {check.threshold:g}{figures}: {verdict}"
