@@ -1,5 +1,6 @@
 """Creating the fleet's Kafka topics before anyone produces to or consumes from them."""
 
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
@@ -19,3 +20,14 @@ async def ensure_topics(bootstrap: str, names: list[str], partitions: int) -> No
             pass  # another process created it between list and create
     finally:
         await admin.close()
+
+
+async def partitions_of(bootstrap: str, topic: str) -> list[TopicPartition]:
+    """The topic's partitions, from fresh metadata (empty when the topic does not exist)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return [TopicPartition(topic, p["partition"]) for p in sorted(described.get("partitions") or [], key=lambda p: p["partition"])]

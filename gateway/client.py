@@ -17,7 +17,7 @@ from typing import Any, Self
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
-from fleet.topics import ensure_topics
+from fleet.topics import ensure_topics, partitions_of
 from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
 from schemas.names import requests_topic, result_key
@@ -158,7 +158,7 @@ class FleetClient:
         reader = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
         await reader.start()
         try:
-            partitions = [TopicPartition(results_topic, p) for p in (await reader.partitions_for_topic(results_topic) or ())]
+            partitions = await partitions_of(self.settings.kafka_bootstrap, results_topic)
             reader.assign(partitions)
             for tp, offset in (await reader.end_offsets(partitions)).items():
                 reader.seek(tp, offset)  # only results produced after this point matter

@@ -111,6 +111,10 @@ class Worker:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
+    def assignment(self) -> frozenset[TopicPartition]:
+        """Partitions this worker owns right now (empty before it joins its group)."""
+        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
+
     def request_stop(self) -> None:
         """Finish the batch in hand, deliver, commit, then return from `run()`."""
         self._stop_requested.set()

@@ -1,0 +1,54 @@
+"""`fleet`: the operator's command line. Each subcommand hands over to the module that owns it.
+
+    fleet stack up|down|status      the local Kafka + Redis
+    fleet build-models [--force]    build and register the model versions
+    fleet topics [MODEL ...]        create the request, DLQ and results topics
+    fleet demo                      gateway + two workers + a few hundred requests
+"""
+
+import argparse
+import asyncio
+import importlib
+import sys
+
+from fleet.config import FleetSettings
+from fleet.topics import ensure_topics
+from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
+
+DELEGATES = {
+    "stack": ("fleet.stack", "start, stop or inspect the local Kafka and Redis"),
+    "build-models": ("workers.modelbuild.__main__", "build and register model versions"),
+    "demo": ("fleet.demo", "run the fleet end to end and print a table"),
+}
+
+
+def create_topics(models: list[str], partitions: int) -> None:
+    settings = FleetSettings()
+    names = [DLQ_TOPIC, DEFAULT_RESULTS_TOPIC]
+    for model in models:
+        names += [requests_topic(model), fallback_topic(model)]
+    asyncio.run(ensure_topics(settings.kafka_bootstrap, names, partitions))
+    print("topics ready: " + ", ".join(names))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, (_, summary) in DELEGATES.items():
+        commands.add_parser(name, help=summary, add_help=False)
+    topics = commands.add_parser("topics", help="create the fleet's topics")
+    topics.add_argument("models", nargs="*", default=["minilm-embed"])
+    topics.add_argument("--partitions", type=int, default=4)
+    args, rest = parser.parse_known_args(argv)
+    if args.command in DELEGATES:
+        module = importlib.import_module(DELEGATES[args.command][0])
+        result = module.main(rest)
+        raise SystemExit(result if isinstance(result, int) else 0)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    create_topics(args.models, args.partitions)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from fleet.topics import ensure_topics
+from gateway.client import FleetClient
+from schemas.wire import ReplyTo, Request, Result, Status, new_request_id
+from tests.integration.conftest import MODEL, Process, end_offsets, read_from, start_worker
+
+LOAD = 1000
+PUBLISH_PER_S = 250  # slower than one worker serves, so the kill lands while requests still arrive
+
+
+async def publish_paced(client: FleetClient, requests: list[Request]) -> None:
+    started = time.monotonic()
+    for n, request in enumerate(requests):
+        await client.publish(request)
+        ahead = n / PUBLISH_PER_S - (time.monotonic() - started)
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+
+
+async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes: list[Process], tmp_path: Path) -> None:
+    bootstrap = client.settings.kafka_bootstrap
+    results_topic = f"test.results.{new_request_id()[:12]}"
+    await ensure_topics(bootstrap, [results_topic], 4)
+    start = await end_offsets(bootstrap, results_topic)
+    victim = start_worker(processes, tmp_path, "victim")
+
+    requests = [client.build_request(MODEL, f"load item {i} about order {i * 13}", timeout=300,
+                                     reply=ReplyTo(topic=results_topic)) for i in range(LOAD)]
+    expected = {r.id for r in requests}
+    publishing = asyncio.create_task(publish_paced(client, requests))
+
+    seen = await read_from(bootstrap, start, until=lambda v: len(v) >= LOAD // 4, timeout_s=120)
+    victim.stop(signal.SIGKILL)
+    killed_at = time.monotonic()
+    assert victim.popen.returncode == -signal.SIGKILL
+    start_worker(processes, tmp_path, "successor")
+    await publishing
+
+    def all_answered(values: list[bytes]) -> bool:
+        return len(values) >= LOAD and expected <= {Result.decode(v).id for v in values}
+
+    values = await read_from(bootstrap, start, until=all_answered, timeout_s=180)
+    results = [Result.decode(v) for v in values]
+    counts = Counter(r.id for r in results)
+    missing = expected - set(counts)
+    duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    by_worker = Counter(r.worker for r in results)
+    print(f"\nkilled after {len(seen)} results; all answered {time.monotonic() - killed_at:.1f}s later; "
+          f"results {len(results)}, distinct {len(counts)}, duplicates {duplicates}, missing {len(missing)}, "
+          f"by worker {dict(by_worker)}")
+    assert not missing, f"{len(missing)} requests lost"
+    assert by_worker["victim"] < LOAD // 2 and by_worker["successor"] > LOAD // 4, "the kill must land mid-load"
+    assert all(r.status is Status.ok for r in results)

@@ -1,0 +1,106 @@
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.integration.conftest import MODEL, Process
+from workers.backends.base import Backend
+
+IDLE_MODEL = "idle-model"  # accepted by the gateway, served by no worker: its requests time out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    env = {"FLEET_PORT": str(port), "FLEET_MODELS": f'["{MODEL}", "{IDLE_MODEL}"]', "FLEET_MAX_BODY_BYTES": "4096",
+           "FLEET_MAX_TEXT_CHARS": "1000"}
+    process = Process(["-m", "gateway.main"], env, "", tmp_path_factory.mktemp("gw") / "gateway.log")
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    yield url
+    process.stop()
+
+
+async def test_sync_infer_matches_in_process_embedding(gateway_url: str, serve, backend: Backend) -> None:  # type: ignore[no-untyped-def]
+    text = "My package never arrived"
+    async with serve(), httpx.AsyncClient(base_url=gateway_url, timeout=30) as http:
+        response = await http.post(f"/v1/models/{MODEL}/infer", json={"text": text})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    served = np.asarray(body["outputs"]["embedding"], dtype=np.float32)
+    assert served.shape == (384,)
+    local = backend.infer([text])[0]
+    cosine = float(served @ local / (np.linalg.norm(served) * np.linalg.norm(local)))
+    assert cosine >= 0.999
+    assert body["status"] == "ok" and body["version"] == backend.manifest.id and body["cache"] == "miss"
+
+
+async def test_async_submit_then_lookup(gateway_url: str, serve) -> None:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30) as http:
+        accepted = await http.post(f"/v1/models/{MODEL}/requests", json={"text": "refund please", "timeout_ms": 30000})
+        assert accepted.status_code == 202
+        request_id = accepted.json()["id"]
+        assert (await http.get(f"/v1/results/{request_id}")).status_code == 404
+        async with serve():
+            for _ in range(200):
+                found = await http.get(f"/v1/results/{request_id}")
+                if found.status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+    assert found.status_code == 200 and found.json()["id"] == request_id
+
+
+def test_sync_infer_times_out_with_504_naming_the_request(gateway_url: str) -> None:
+    response = httpx.post(f"{gateway_url}/v1/models/{IDLE_MODEL}/infer", json={"text": "hello", "timeout_ms": 300},
+                          timeout=10)
+    assert response.status_code == 504
+    body = response.json()
+    assert len(body["id"]) == 32 and body["id"] in body["detail"]
+
+
+@pytest.mark.parametrize(("path", "payload", "code", "says"), [
+    ("/v1/models/no-such-model/infer", {"text": "hi"}, 404, "unknown model 'no-such-model'"),
+    (f"/v1/models/{MODEL}/infer", {"text": "x" * 5000}, 413, "over the limit of 4096 bytes"),
+    (f"/v1/models/{MODEL}/infer", {"text": "x" * 1001}, 422, "text: 1001 characters is over the limit of 1000"),
+    (f"/v1/models/{MODEL}/infer", {"text": 42}, 422, "text"),
+    (f"/v1/models/{MODEL}/infer", {"words": "hi"}, 422, "text"),
+    (f"/v1/models/{MODEL}/infer", {"text": "hi", "timeout_ms": "soon"}, 422, "timeout_ms"),
+])
+def test_input_errors_are_4xx_naming_the_problem(gateway_url: str, path: str, payload: object, code: int,
+                                                 says: str) -> None:
+    response = httpx.post(f"{gateway_url}{path}", json=payload, timeout=10)
+    print(f"{code} {path} -> {response.text[:200]}")
+    assert response.status_code == code
+    assert says in response.text
+
+
+def test_result_lookup_of_a_malformed_id_is_422(gateway_url: str) -> None:
+    response = httpx.get(f"{gateway_url}/v1/results/not-an-id", timeout=10)
+    assert response.status_code == 422 and "request_id" in response.text
+
+
+def test_health_readiness_metrics_and_openapi(gateway_url: str) -> None:
+    assert httpx.get(f"{gateway_url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{gateway_url}/readyz").json()
+    assert ready == {"ready": True, "checks": {"redis": True, "kafka": True}}
+    metrics = httpx.get(f"{gateway_url}/metrics").text
+    assert "fleet_gateway_requests_total" in metrics
+    paths = httpx.get(f"{gateway_url}/openapi.json").json()["paths"]
+    assert {"/v1/models/{model}/infer", "/v1/models/{model}/requests", "/v1/results/{request_id}"} <= set(paths)
