@@ -59,12 +59,12 @@ class Fleet:
     def __init__(self, log_dir: Path, port: int) -> None:
         self.log_dir = log_dir
         self.port = port
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def spawn(self, name: str, module: str, env: dict[str, str]) -> None:
         log = (self.log_dir / f"{name}.log").open("wb")
-        self.procs.append(subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
-                                           stdout=log, stderr=subprocess.STDOUT))
+        self.procs[name] = subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
+                                            stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, name: str, marker: str, timeout_s: float = 90) -> None:
         log = self.log_dir / f"{name}.log"
@@ -75,10 +75,12 @@ class Fleet:
             time.sleep(0.2)
         raise SystemExit(f"{name} did not start; see {log}")
 
-    def stop(self) -> list[int | None]:
-        for proc in self.procs:
+    def stop(self) -> dict[str, str]:
+        """SIGTERM everything; a clean exit is 0, or -SIGTERM re-raised by uvicorn after its graceful shutdown."""
+        for proc in self.procs.values():
             proc.send_signal(signal.SIGTERM)
-        return [proc.wait(timeout=30) for proc in self.procs]
+        codes = {name: proc.wait(timeout=30) for name, proc in self.procs.items()}
+        return {name: "clean" if code in (0, -signal.SIGTERM) else f"exit {code}" for name, code in codes.items()}
 
 
 async def via_http(url: str, texts: list[str], concurrency: int) -> PathReport:
@@ -176,9 +178,10 @@ async def run(args: argparse.Namespace) -> int:
     print_table(["path", "requests", "ok", "errors", "req/s", "p50 ms", "p99 ms"], [r.row() for r in reports])
     every = [r for report in reports for r in report.results]
     sizes = Counter(r.batch_size for r in every)
-    print(f"\nbatch sizes seen (size x results): {', '.join(f'{s}x{n}' for s, n in sorted(sizes.items()))}")
+    print(f"\nbatch sizes seen (batch size: results computed in such batches): "
+          f"{', '.join(f'{s}: {n}' for s, n in sorted(sizes.items()))}")
     print(f"served by: {dict(Counter(r.worker for r in every))}; model version: {sorted({r.version or '?' for r in every})}")
-    print(f"workers and gateway exited with {exit_codes} (0 = clean shutdown after SIGTERM)")
+    print(f"shutdown after SIGTERM: {exit_codes}")
     errors = [e for report in reports for e in report.errors] + [r.id for r in every if r.status is not Status.ok]
     print("\nwhere to look next: gateway docs at /docs (start it with `fleet-gateway`), logs in "
           f"{log_dir}/, the wire format in schemas/README.md, `scripts/test` for the suite")
