@@ -2,7 +2,9 @@
 
 Life cycle follows aiokafka: `start()`, idempotent `stop()`, or `async with`. `run()` serves
 until `request_stop()` (SIGTERM) or, in burst mode, until the assigned partitions are
-drained. Offsets are committed only after a batch's results are delivered.
+drained. Three stages overlap, linked by one-slot queues: collect + tokenise batch k+1,
+run batch k, deliver + commit batch k-1. Delivery and commits happen in batch order, and a
+batch's offsets are committed only after its results are delivered.
 """
 
 import asyncio
@@ -13,23 +15,22 @@ import time
 from contextlib import AsyncExitStack
 from typing import Self
 
-import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
 from redis.asyncio import Redis
 
 from fleet.topics import ensure_topics
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, consumer_group, requests_topic
-from schemas.wire import Status, now_ms
+from schemas.wire import now_ms
 from workers.backends.base import Backend
-from workers.delivery import Outcome, ResultSink
+from workers.batching import BatchCollector, BatchPolicy
+from workers.delivery import ResultSink
 from workers.metrics import WorkerMetrics
 from workers.settings import WorkerSettings
-from workers.triage import Provenance, Ready, triage
+from workers.stages import Computed, Prepared, compute, prepare
+from workers.triage import Provenance
 
 log = logging.getLogger(__name__)
-
-POLL_TIMEOUT_MS = 200
 
 
 def load_backend(settings: WorkerSettings) -> Backend:
@@ -40,7 +41,9 @@ def load_backend(settings: WorkerSettings) -> Backend:
     manifest = registry.resolve(settings.model, settings.model_version, settings.precision)
     return OnnxEmbeddingBackend.load(registry, manifest, device=settings.device,
                                      intra_op_threads=settings.intra_op_threads,
-                                     max_input_tokens=settings.max_input_tokens)
+                                     max_input_tokens=settings.max_input_tokens,
+                                     length_bucket_size=settings.length_bucket_size,
+                                     graph_optimization=settings.graph_optimization, warmup=settings.warmup)
 
 
 class Worker:
@@ -51,6 +54,8 @@ class Worker:
         self.topic = requests_topic(settings.model)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.processed = 0
+        self.computed = 0
+        self.expired = 0
         self._backend = backend
         self._redis = redis
         self._producer = producer
@@ -85,13 +90,16 @@ class Worker:
             self.topic, bootstrap_servers=self.settings.kafka_bootstrap,
             group_id=consumer_group(self.settings.model, self.settings.role.value),
             client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset="earliest",
-            max_poll_records=self.settings.max_batch_size,
+            max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
         )
         await self._consumer.start()
         # Leaving the group last lets the partitions move only after everything is delivered.
         self._exit.push_async_callback(self._consumer.stop)
+        policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
+                             self.settings.batch_policy, self.settings.preferred_batch_sizes)
+        self._collector = BatchCollector(self._consumer, policy, stopping=self._stop_requested.is_set)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         manifest = self.backend.manifest
         self._who = Provenance(model=self.settings.model, version=manifest.id, device=self.backend.device,
@@ -116,18 +124,21 @@ class Worker:
         return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
 
     def request_stop(self) -> None:
-        """Finish the batch in hand, deliver, commit, then return from `run()`."""
+        """Finish the batches in hand, deliver, commit, then return from `run()`."""
         self._stop_requested.set()
 
     async def run(self, *, burst: bool = False) -> int:
         """Serve until asked to stop; with burst=True, return once the backlog is drained."""
         consumer = self._require_consumer()
-        while not self._stop_requested.is_set():
-            records = await self._next_batch(consumer)
-            if records:
-                await self.handle(records)
-            elif burst and await self._drained(consumer):
-                break
+        prepared: asyncio.Queue[Prepared | None] = asyncio.Queue(maxsize=1)
+        computed: asyncio.Queue[Computed | None] = asyncio.Queue(maxsize=1)
+        try:
+            async with asyncio.TaskGroup() as stages:
+                stages.create_task(self._collect_stage(consumer, prepared, burst))
+                stages.create_task(self._compute_stage(prepared, computed))
+                stages.create_task(self._deliver_stage(computed))
+        except BaseExceptionGroup as group:
+            raise group.exceptions[0] from group  # the first stage failure is the cause; pass it on as is
         return self.processed
 
     def _require_consumer(self) -> AIOKafkaConsumer:
@@ -135,15 +146,30 @@ class Worker:
             raise RuntimeError("worker not started")
         return self._consumer
 
-    async def _next_batch(self, consumer: AIOKafkaConsumer) -> list[ConsumerRecord]:
-        limit = self.settings.max_batch_size
-        batch = _flatten(await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS, max_records=limit))
-        if not batch:
-            return batch
-        fill_until = time.monotonic() + self.settings.max_queue_delay_ms / 1000
-        while len(batch) < limit and (left := fill_until - time.monotonic()) > 0:
-            batch += _flatten(await consumer.getmany(timeout_ms=max(int(left * 1000), 1), max_records=limit - len(batch)))
-        return batch
+    async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[Prepared | None]",
+                             burst: bool) -> None:
+        while not self._stop_requested.is_set():
+            records = await self._collector.next_batch()
+            self._observe_backlog()
+            if records:
+                await out.put(await asyncio.to_thread(prepare, self.backend, records, self._who, now_ms()))
+            elif burst and await self._drained(consumer):
+                break
+        await out.put(None)
+
+    async def _compute_stage(self, inbox: "asyncio.Queue[Prepared | None]",
+                             out: "asyncio.Queue[Computed | None]") -> None:
+        while (batch := await inbox.get()) is not None:
+            await out.put(await asyncio.to_thread(compute, self.backend, batch, self._who))
+        await out.put(None)
+
+    async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
+        while (batch := await inbox.get()) is not None:
+            started = time.perf_counter()
+            await self._sink.deliver(batch.outcomes, batch.dead_letters)
+            self.metrics.delivery.labels(**self._labels).observe(time.perf_counter() - started)
+            await self._commit(batch.records)
+            self._count(batch)
 
     async def _drained(self, consumer: AIOKafkaConsumer) -> bool:
         assigned = consumer.assignment()
@@ -154,55 +180,6 @@ class Worker:
             if await consumer.position(tp) < ends[tp]:
                 return False
         return True
-
-    async def handle(self, records: list[ConsumerRecord]) -> None:
-        """Answer every record of one micro-batch, deliver, then commit its offsets."""
-        start_ms = now_ms()
-        sorted_out = triage(records, self._who, start_ms)
-        outcomes = list(sorted_out.answered)
-        if sorted_out.ready:
-            outcomes += await self._compute(sorted_out.ready, start_ms)
-        delivery_started = time.perf_counter()
-        await self._sink.deliver(outcomes, sorted_out.dead_letters)
-        self.metrics.delivery.labels(**self._labels).observe(time.perf_counter() - delivery_started)
-        await self._commit(records)
-        self._count(outcomes, sorted_out.dead_letters)
-        self.processed += len(records)
-
-    async def _compute(self, ready: list[Ready], start_ms: int) -> list[Outcome]:
-        texts = [item.text for item in ready]
-        started = time.perf_counter()
-        try:
-            vectors: list[np.ndarray | Exception] = list(await asyncio.to_thread(self.backend.infer, texts))
-        except Exception:
-            log.exception("batch of %d failed; retrying one by one so one bad input fails alone", len(texts))
-            vectors = await self._compute_one_by_one(texts)
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        self.metrics.inference.labels(**self._labels).observe(elapsed_ms / 1000)
-        self.metrics.batch_size.labels(**self._labels).observe(len(ready))
-        outcomes = []
-        for item, vector in zip(ready, vectors, strict=True):
-            queue_ms = max(start_ms - item.record.timestamp, 0)
-            self.metrics.queue_wait.labels(**self._labels).observe(queue_ms / 1000)
-            timings = {"queue_ms": float(queue_ms), "inference_ms": elapsed_ms,
-                       "since_submit_ms": float(max(now_ms() - item.request.submitted_ms, 0))}
-            if isinstance(vector, Exception):
-                result = self._who.error(item.request.id, "inference_failed", f"{type(vector).__name__}: {vector}",
-                                         batch_size=len(ready), timings=timings)
-            else:
-                result = self._who.result(item.request.id, Status.ok, outputs={"embedding": vector.tolist()},
-                                          batch_size=len(ready), timings=timings)
-            outcomes.append(Outcome(item.request, result))
-        return outcomes
-
-    async def _compute_one_by_one(self, texts: list[str]) -> list[np.ndarray | Exception]:
-        answers: list[np.ndarray | Exception] = []
-        for text in texts:
-            try:
-                answers.append((await asyncio.to_thread(self.backend.infer, [text]))[0])
-            except Exception as exc:
-                answers.append(exc)
-        return answers
 
     async def _commit(self, records: list[ConsumerRecord]) -> None:
         offsets: dict[TopicPartition, int] = {}
@@ -216,12 +193,25 @@ class Worker:
             # records, and results keyed by request id make that harmless.
             log.warning("commit after rebalance refused (%s); %d records will be redelivered", exc, len(records))
 
-    def _count(self, outcomes: list[Outcome], dead_letters: list) -> None:
-        for outcome in outcomes:
-            self.metrics.results.labels(**self._labels, status=outcome.result.status.value).inc()
-        for letter in dead_letters:
+    def _observe_backlog(self) -> None:
+        for tp, waiting in self._collector.last_backlog.items():
+            self.metrics.backlog.labels(model=self.settings.model, partition=str(tp.partition)).set(waiting)
+
+    def _count(self, batch: Computed) -> None:
+        self.processed += len(batch.records)
+        self.computed += batch.computed
+        self.expired += batch.expired
+        labels = self._labels
+        if batch.computed:
+            self.metrics.batch_size.labels(**labels).observe(batch.computed)
+            self.metrics.inference.labels(**labels).observe(batch.inference_ms / 1000)
+            for queue_ms in batch.queue_ms:
+                self.metrics.queue_wait.labels(**labels).observe(queue_ms / 1000)
+        if batch.padding_efficiency is not None:
+            self.metrics.padding_efficiency.labels(**labels).observe(batch.padding_efficiency)
+        if batch.expired:
+            self.metrics.expired.labels(**labels).inc(batch.expired)
+        for outcome in batch.outcomes:
+            self.metrics.results.labels(**labels, status=outcome.result.status.value).inc()
+        for letter in batch.dead_letters:
             self.metrics.dead_letters.labels(model=self.settings.model, reason=letter.reason.split(":")[0]).inc()
-
-
-def _flatten(by_partition: dict[TopicPartition, list[ConsumerRecord]]) -> list[ConsumerRecord]:
-    return [record for records in by_partition.values() for record in records]

@@ -13,6 +13,11 @@ class Role(StrEnum):
     shadow = "shadow"
 
 
+class BatchPolicyName(StrEnum):
+    adaptive = "adaptive"
+    fixed = "fixed"
+
+
 class WorkerSettings(FleetSettings):
     model: str = Field("minilm-embed", description="Model this worker serves")
     model_version: str | None = Field(None, description="Pin a registered version; default the newest of `precision`")
@@ -22,8 +27,18 @@ class WorkerSettings(FleetSettings):
     backend: str = Field("onnxruntime", description="onnxruntime | torch")
     worker_id: str | None = Field(None, description="Stable id for logs, heartbeats and results; default host-pid")
     max_batch_size: int = Field(32, ge=1, le=4096)
-    max_queue_delay_ms: float = Field(20.0, ge=0)
+    max_queue_delay_ms: float = Field(20.0, ge=0, description="Longest a record waits for its batch to fill, "
+                                      "counted from its Kafka timestamp")
+    batch_policy: BatchPolicyName = Field(BatchPolicyName.adaptive, description="adaptive: size batches by the "
+                                          "visible backlog, never wait for records that are not there; fixed: "
+                                          "wait up to max_queue_delay_ms for a full batch")
+    preferred_batch_sizes: list[int] = Field(default_factory=list, description="Cut batches to these sizes when "
+                                             "more is in hand, e.g. [8, 16, 32]")
+    length_bucket_size: int = Field(16, ge=0, description="Sort a batch by token length and run it in sub-batches "
+                                    "of at most this many rows; 0 runs it as one padded batch")
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 lets ONNX Runtime decide")
+    graph_optimization: str = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
+    warmup: bool = Field(True, description="Run the common shapes once at load so the first batches are not slow")
     max_input_tokens: int = Field(256, ge=8, description="Inputs are truncated to this many tokens")
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from workers.backends.base import check_rows
+from workers.backends.base import Encoded, check_rows
 from workers.registry import ModelManifest, ModelRegistry
 
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -31,11 +31,11 @@ class DeviceUnavailable(RuntimeError):
 
 
 class BatchTokenizer:
-    """A `tokenizers.Tokenizer` set up to truncate to `max_length` and pad to the batch's longest.
+    """A `tokenizers.Tokenizer` set up to truncate to `max_length`; rows are padded per sub-batch.
 
-    Padding to the longest (not to a fixed length, as the shipped tokenizer.json says) keeps
-    short-query batches cheap. The graph pools over attention_mask, so padding never changes
-    an embedding.
+    Padding to the longest of a sub-batch (not to a fixed length, as the shipped
+    tokenizer.json says) keeps short-query batches cheap. The graph pools over
+    attention_mask, so padding never changes an embedding.
     """
 
     def __init__(self, tokenizer_file: Path, max_length: int, input_names: Sequence[str]) -> None:
@@ -50,27 +50,45 @@ class BatchTokenizer:
         if pad_id is None:
             raise ValueError(f"{tokenizer_file}: pad token {pad_token!r} is not in the vocabulary")
         self._tokenizer.enable_truncation(max_length=max_length)
-        self._tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
+        self._tokenizer.no_padding()
+        self._pad_id = pad_id
         # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
         # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
         self._lock = threading.Lock()
         self.max_length = max_length
 
-    def encode(self, texts: Sequence[str]) -> dict[str, npt.NDArray[np.int64]]:
-        """The model's input arrays, each (len(texts), longest), int64."""
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Truncated token ids per text, unpadded: padding is decided per sub-batch."""
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
-        columns = {
-            "input_ids": [encoding.ids for encoding in encodings],
-            "attention_mask": [encoding.attention_mask for encoding in encodings],
-            "token_type_ids": [encoding.type_ids for encoding in encodings],
-        }
-        return {name: np.asarray(columns[name], dtype=np.int64) for name in self._input_names}
+        return [encoding.ids for encoding in encodings]
+
+    def feeds(self, rows: Sequence[Sequence[int]]) -> dict[str, npt.NDArray[np.int64]]:
+        """The model's input arrays for `rows`, padded to the longest of them."""
+        longest = max(len(row) for row in rows)
+        ids = np.full((len(rows), longest), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(rows), longest), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        columns = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {name: columns[name] for name in self._input_names}
 
 
-def session_options(intra_op_threads: int) -> ort.SessionOptions:
+GRAPH_OPTIMIZATION = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+WARMUP_TOKENS = (8, 32, 128)
+
+
+def session_options(intra_op_threads: int, graph_optimization: str = "all") -> ort.SessionOptions:
+    if graph_optimization not in GRAPH_OPTIMIZATION:
+        raise ValueError(f"graph_optimization {graph_optimization!r}; expected one of {sorted(GRAPH_OPTIMIZATION)}")
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
     # 0 lets ONNX Runtime use one thread per physical core.
     options.intra_op_num_threads = intra_op_threads
     return options
@@ -91,9 +109,11 @@ def providers_for(device: str) -> list[str]:
     raise ValueError(f"unknown device {device!r}; expected one of {SUPPORTED_DEVICES}")
 
 
-def open_session(model_file: Path, *, device: str, intra_op_threads: int) -> ort.InferenceSession:
+def open_session(model_file: Path, *, device: str, intra_op_threads: int,
+                 graph_optimization: str = "all") -> ort.InferenceSession:
     providers = providers_for(device)
-    session = ort.InferenceSession(str(model_file), session_options(intra_op_threads), providers=providers)
+    options = session_options(intra_op_threads, graph_optimization)
+    session = ort.InferenceSession(str(model_file), options, providers=providers)
     # ONNX Runtime quietly drops CUDA when its libraries fail to load; a GPU worker that
     # runs on CPU would look healthy while being slow, so refuse instead.
     if session.get_providers()[0] != providers[0]:
@@ -105,17 +125,17 @@ def open_session(model_file: Path, *, device: str, intra_op_threads: int) -> ort
 
 
 class OnnxEmbeddingBackend:
-    """A registered embedding model version served by ONNX Runtime."""
+    """A registered embedding model version served by ONNX Runtime.
 
-    def __init__(
-        self,
-        manifest: ModelManifest,
-        session: ort.InferenceSession,
-        tokenizer: BatchTokenizer,
-        device: str,
-    ) -> None:
+    `encode` (tokenise, group rows of similar length) and `run` (the model) are separate so
+    the worker can tokenise the next batch while this one runs; both release the GIL.
+    """
+
+    def __init__(self, manifest: ModelManifest, session: ort.InferenceSession, tokenizer: BatchTokenizer,
+                 device: str, *, length_bucket_size: int = 16) -> None:
         self.manifest = manifest
         self.device = device
+        self.length_bucket_size = length_bucket_size
         self._session = session
         self._tokenizer = tokenizer
         self._output_name = manifest.outputs[0].name
@@ -129,13 +149,15 @@ class OnnxEmbeddingBackend:
         device: str = "cpu",
         intra_op_threads: int = 0,
         max_input_tokens: int = 256,
+        length_bucket_size: int = 16,
+        graph_optimization: str = "all",
+        warmup: bool = False,
     ) -> OnnxEmbeddingBackend:
         providers_for(device)  # an impossible device fails before hashing ~100 MB
         # Hashes before the session: a tampered or half-copied model must never be run.
         registry.verify(manifest)
-        session = open_session(
-            registry.path_of(manifest, manifest.onnx_file), device=device, intra_op_threads=intra_op_threads
-        )
+        session = open_session(registry.path_of(manifest, manifest.onnx_file), device=device,
+                               intra_op_threads=intra_op_threads, graph_optimization=graph_optimization)
         declared = [spec.name for spec in manifest.inputs]
         actual = [node.name for node in session.get_inputs()]
         if sorted(declared) != sorted(actual):
@@ -146,7 +168,10 @@ class OnnxEmbeddingBackend:
             max_length=min(max_input_tokens, manifest.max_length),
             input_names=declared,
         )
-        return cls(manifest, session, tokenizer, device)
+        backend = cls(manifest, session, tokenizer, device, length_bucket_size=length_bucket_size)
+        if warmup:
+            backend.warm_up()
+        return backend
 
     @property
     def embedding_dim(self) -> int:
@@ -156,13 +181,29 @@ class OnnxEmbeddingBackend:
     def max_input_tokens(self) -> int:
         return self._tokenizer.max_length
 
-    def infer(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    def warm_up(self) -> None:
+        """Run the common shapes once, so the first real batches do not pay for ORT's first-run setup."""
+        rows = max(self.length_bucket_size, 1)
+        for tokens in WARMUP_TOKENS:
+            length = min(tokens, self.max_input_tokens)
+            for count in (1, rows):
+                self._session.run([self._output_name], self._tokenizer.feeds([[101] * length] * count))
+
+    def encode(self, texts: Sequence[str]) -> Encoded:
         if isinstance(texts, str):
             # A bare string is a Sequence[str] too and would embed each character.
-            raise TypeError("infer takes a sequence of texts, not a single string")
-        if len(texts) == 0:
-            return np.zeros((0, self.embedding_dim), dtype=np.float32)
-        feeds = self._tokenizer.encode(texts)
-        (result,) = self._session.run([self._output_name], feeds)
-        rows = np.ascontiguousarray(result, dtype=np.float32)
-        return check_rows(rows, len(texts), f"{self.manifest.id} on {self.device}")
+            raise TypeError("encode takes a sequence of texts, not a single string")
+        rows = self._tokenizer.token_ids(texts)
+        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds)
+
+    def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
+        """One row per encoded text, in the order the texts were given."""
+        out = np.empty((encoded.count, self.embedding_dim), dtype=np.float32)
+        for chunk in encoded.chunks:
+            (result,) = self._session.run([self._output_name], chunk.feeds)
+            out[chunk.rows] = check_rows(np.asarray(result, dtype=np.float32), len(chunk.rows),
+                                         f"{self.manifest.id} on {self.device}")
+        return out
+
+    def infer(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return self.run(self.encode(texts))
