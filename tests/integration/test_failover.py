@@ -56,3 +56,30 @@ async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes:
     assert not missing, f"{len(missing)} requests lost"
     assert by_worker["victim"] < LOAD // 2 and by_worker["successor"] > LOAD // 4, "the kill must land mid-load"
     assert all(r.status is Status.ok for r in results)
+
+
+async def test_sigterm_finishes_the_batch_in_hand_and_leaves_cleanly(client: FleetClient, processes: list[Process],
+                                                                     tmp_path: Path) -> None:
+    bootstrap = client.settings.kafka_bootstrap
+    results_topic = f"test.results.{new_request_id()[:12]}"
+    await ensure_topics(bootstrap, [results_topic], 4)
+    start = await end_offsets(bootstrap, results_topic)
+    leaving = start_worker(processes, tmp_path, "leaving")
+    requests = [client.build_request(MODEL, f"graceful item {i}", timeout=300, reply=ReplyTo(topic=results_topic))
+                for i in range(400)]
+    expected = {r.id for r in requests}
+    publishing = asyncio.create_task(publish_paced(client, requests))
+    await read_from(bootstrap, start, until=lambda v: len(v) >= 50, timeout_s=60)
+    assert leaving.stop(signal.SIGTERM) == 0, leaving.log_path.read_text()[-2000:]
+    start_worker(processes, tmp_path, "staying")
+    await publishing
+
+    def all_answered(values: list[bytes]) -> bool:
+        return expected <= {Result.decode(v).id for v in values}
+
+    results = [Result.decode(v) for v in await read_from(bootstrap, start, until=all_answered, timeout_s=120)]
+    counts = Counter(r.id for r in results)
+    duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    print(f"\nSIGTERM: results {len(results)}, duplicates {duplicates}, by worker {dict(Counter(r.worker for r in results))}")
+    assert expected <= set(counts)
+    assert duplicates == 0, "a graceful stop commits what it delivered, so nothing is redelivered"
