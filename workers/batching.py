@@ -16,7 +16,7 @@ time already spent in the topic counts.
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
@@ -59,6 +59,14 @@ class BatchPolicy:
         return Decision(dispatch=False, wait_ms=left_ms)
 
 
+@dataclass
+class FetchedBatch:
+    """Records in fetch order, with when each reached this worker (epoch ms)."""
+
+    records: list[ConsumerRecord] = field(default_factory=list)
+    fetched_ms: list[float] = field(default_factory=list)
+
+
 class BatchCollector:
     """Pulls records from a consumer until the policy says the batch should go."""
 
@@ -79,19 +87,21 @@ class BatchCollector:
         self.last_backlog = waiting
         return sum(waiting.values())
 
-    async def next_batch(self) -> list[ConsumerRecord]:
+    async def next_batch(self) -> FetchedBatch:
         """A batch the policy approves of; empty when nothing arrived within an idle poll."""
-        batch: list[ConsumerRecord] = []
+        fetched_batch = FetchedBatch()
+        batch = fetched_batch.records
         while True:
             oldest = min((record.timestamp for record in batch), default=None)
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
             view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms)
             decision = self._policy.decide(view)
             if decision.dispatch or (batch and self._stopping()):
-                return batch
+                return fetched_batch
             fetched = await self._consumer.getmany(timeout_ms=max(int(decision.wait_ms), 1),
                                                    max_records=self._policy.max_batch_size - len(batch))
             records = [record for part in fetched.values() for record in part]
             if not records and not batch:
-                return batch
+                return fetched_batch
             batch += records
+            fetched_batch.fetched_ms += [time.time() * 1000] * len(records)

@@ -75,7 +75,10 @@ class Worker:
             return
         self._started = True
         if self._backend is None:
+            started = time.perf_counter()
             self._backend = await asyncio.to_thread(load_backend, self.settings)
+            self.metrics.model_load.labels(model=self.settings.model, version=self._backend.manifest.id,
+                                           device=self._backend.device).set(time.perf_counter() - started)
         await ensure_topics(self.settings.kafka_bootstrap, [self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC],
                             self.settings.partitions)
         if self._redis is None:
@@ -93,6 +96,8 @@ class Worker:
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
+            # Static membership: a restarted worker gets its partitions back without a rebalance.
+            group_instance_id=self.worker_id if self.settings.static_membership else None,
         )
         await self._consumer.start()
         # Leaving the group last lets the partitions move only after everything is delivered.
@@ -106,6 +111,10 @@ class Worker:
                                worker=self.worker_id)
         self._labels = dict(model=self.settings.model, version=manifest.id, role=self.settings.role.value,
                             device=self.backend.device)
+        self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
+                                                   device=self.backend.device, worker=self.worker_id)
+        self._health.set(1)
+        self._exit.callback(self._health.set, 0)
         log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, manifest.id, self.backend.device)
 
     async def stop(self) -> None:
@@ -149,10 +158,10 @@ class Worker:
     async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[Prepared | None]",
                              burst: bool) -> None:
         while not self._stop_requested.is_set():
-            records = await self._collector.next_batch()
+            batch = await self._collector.next_batch()
             self._observe_backlog()
-            if records:
-                await out.put(await asyncio.to_thread(prepare, self.backend, records, self._who, now_ms()))
+            if batch.records:
+                await out.put(await asyncio.to_thread(prepare, self.backend, batch, self._who, now_ms()))
             elif burst and await self._drained(consumer):
                 break
         await out.put(None)
@@ -167,7 +176,9 @@ class Worker:
         while (batch := await inbox.get()) is not None:
             started = time.perf_counter()
             await self._sink.deliver(batch.outcomes, batch.dead_letters)
-            self.metrics.delivery.labels(**self._labels).observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.metrics.delivery.labels(**self._labels).observe(elapsed)
+            self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
             await self._commit(batch.records)
             self._count(batch)
 
@@ -195,7 +206,8 @@ class Worker:
 
     def _observe_backlog(self) -> None:
         for tp, waiting in self._collector.last_backlog.items():
-            self.metrics.backlog.labels(model=self.settings.model, partition=str(tp.partition)).set(waiting)
+            self.metrics.backlog.labels(model=self.settings.model, role=self.settings.role.value,
+                                        partition=str(tp.partition)).set(waiting)
 
     def _count(self, batch: Computed) -> None:
         self.processed += len(batch.records)
@@ -205,13 +217,24 @@ class Worker:
         if batch.computed:
             self.metrics.batch_size.labels(**labels).observe(batch.computed)
             self.metrics.inference.labels(**labels).observe(batch.inference_ms / 1000)
-            for queue_ms in batch.queue_ms:
+            for queue_ms in batch.stage_ms["queue"]:
                 self.metrics.queue_wait.labels(**labels).observe(queue_ms / 1000)
+            for stage in ("topic", "batch_wait"):
+                for ms in batch.stage_ms[stage]:
+                    self.metrics.stage.labels(**labels, stage=stage).observe(ms / 1000)
+            self.metrics.stage.labels(**labels, stage="inference").observe(batch.inference_ms / 1000)
+        for tokens in batch.input_tokens:
+            self.metrics.input_tokens.labels(**labels).observe(tokens)
         if batch.padding_efficiency is not None:
             self.metrics.padding_efficiency.labels(**labels).observe(batch.padding_efficiency)
         if batch.expired:
             self.metrics.expired.labels(**labels).inc(batch.expired)
+        delivered_ms = now_ms()
         for outcome in batch.outcomes:
-            self.metrics.results.labels(**labels, status=outcome.result.status.value).inc()
+            result = outcome.result
+            self.metrics.results.labels(**labels, status=result.status.value, cache=result.cache.value).inc()
+            if outcome.request is not None:
+                latency_s = max(delivered_ms - outcome.request.submitted_ms, 0) / 1000
+                self.metrics.end_to_end.labels(**labels).observe(latency_s)
         for letter in batch.dead_letters:
             self.metrics.dead_letters.labels(model=self.settings.model, reason=letter.reason.split(":")[0]).inc()

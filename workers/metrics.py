@@ -1,47 +1,102 @@
-"""Prometheus metrics of one worker process, on a registry the worker owns."""
+"""Prometheus metrics of one worker process, on a registry the worker owns.
+
+Every name starts with `fleet_`; model, version, role and device label everything a model
+computes. compose/prometheus/alerts.yml and the Grafana dashboard read these names, and a
+test checks that every name they use is defined here (or in gateway/app.py).
+"""
+
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 PREFIX = "fleet"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 EFFICIENCY_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+TOKEN_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512)
+MODEL_LABELS = ["model", "version", "role", "device"]
 
 
 class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        labels = ["model", "version", "role", "device"]
-        self.results = Counter(
-            f"{PREFIX}_worker_results", "Results delivered, by status", labels + ["status"], registry=self.registry
-        )
-        self.dead_letters = Counter(
-            f"{PREFIX}_worker_dead_letters", "Records sent to the DLQ", ["model", "reason"], registry=self.registry
-        )
-        self.batch_size = Histogram(
-            f"{PREFIX}_batch_size", "Records computed per model batch", labels, buckets=BATCH_BUCKETS, registry=self.registry
-        )
-        self.queue_wait = Histogram(
-            f"{PREFIX}_queue_wait_seconds", "Record timestamp to batch start", labels,
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.inference = Histogram(
-            f"{PREFIX}_inference_seconds", "Tokenise and run one batch", labels,
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.delivery = Histogram(
-            f"{PREFIX}_delivery_seconds", "Deliver one batch's results", labels,
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.padding_efficiency = Histogram(
-            f"{PREFIX}_padding_efficiency", "Real tokens / padded tokens per batch", labels,
-            buckets=EFFICIENCY_BUCKETS, registry=self.registry,
-        )
-        self.expired = Counter(
-            f"{PREFIX}_expired", "Requests past their deadline, answered without compute", labels,
-            registry=self.registry,
-        )
-        self.backlog = Gauge(
-            f"{PREFIX}_backlog_records", "Records waiting on an assigned partition (highwater - position)",
-            ["model", "partition"], registry=self.registry,
-        )
+        labels = MODEL_LABELS
+        reg = self.registry
+        self.results = Counter(f"{PREFIX}_worker_results", "Results delivered, by status and cache tier",
+                               labels + ["status", "cache"], registry=reg)
+        self.dead_letters = Counter(f"{PREFIX}_worker_dead_letters", "Records sent to the DLQ", ["model", "reason"],
+                                    registry=reg)
+        self.batch_size = Histogram(f"{PREFIX}_batch_size", "Records computed per model batch", labels,
+                                    buckets=BATCH_BUCKETS, registry=reg)
+        self.queue_wait = Histogram(f"{PREFIX}_queue_wait_seconds", "Record timestamp to batch start", labels,
+                                    buckets=LATENCY_BUCKETS, registry=reg)
+        self.stage = Histogram(f"{PREFIX}_stage_seconds", "Time per request in each worker stage: topic (record "
+                               "timestamp to fetch), batch_wait (fetch to batch start), tokenize, inference, delivery",
+                               labels + ["stage"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.inference = Histogram(f"{PREFIX}_inference_seconds", "Run one batch through the model", labels,
+                                   buckets=LATENCY_BUCKETS, registry=reg)
+        self.delivery = Histogram(f"{PREFIX}_delivery_seconds", "Deliver one batch's results", labels,
+                                  buckets=LATENCY_BUCKETS, registry=reg)
+        self.end_to_end = Histogram(f"{PREFIX}_request_latency_seconds", "Submit to delivered, per request",
+                                    labels, buckets=LATENCY_BUCKETS, registry=reg)
+        self.input_tokens = Histogram(f"{PREFIX}_input_tokens", "Tokens per input after truncation", labels,
+                                      buckets=TOKEN_BUCKETS, registry=reg)
+        self.padding_efficiency = Histogram(f"{PREFIX}_padding_efficiency", "Real tokens / padded tokens per batch",
+                                            labels, buckets=EFFICIENCY_BUCKETS, registry=reg)
+        self.expired = Counter(f"{PREFIX}_expired", "Requests past their deadline, answered without compute", labels,
+                               registry=reg)
+        self.backlog = Gauge(f"{PREFIX}_backlog_records", "Records waiting on an assigned partition "
+                             "(highwater - position)", ["model", "role", "partition"], registry=reg)
+        self.healthy = Gauge(f"{PREFIX}_worker_healthy", "1 while this worker serves its model, 0 when it stops",
+                             ["model", "role", "device", "worker"], registry=reg)
+        self.model_load = Gauge(f"{PREFIX}_model_load_seconds", "Time to verify, load and warm up a model version",
+                                ["model", "version", "device"], registry=reg)
+        reg.register(GpuCollector())
+
+
+class GpuCollector(Collector):
+    """GPU utilisation, memory and temperature through NVML, read at scrape time.
+
+    Exports nothing where NVML (nvidia-ml-py) or a GPU is absent, so CPU workers stay quiet.
+    """
+
+    NAMES = ("utilization_ratio", "memory_used_ratio", "temperature_celsius")
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        for name in self.NAMES:
+            yield GaugeMetricFamily(f"{PREFIX}_gpu_{name}", f"GPU {name.replace('_', ' ')} (NVML)", labels=["gpu"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        readings = _nvml_readings()
+        families = {name: GaugeMetricFamily(f"{PREFIX}_gpu_{name}", f"GPU {name.replace('_', ' ')} (NVML)",
+                                            labels=["gpu"]) for name in self.NAMES}
+        for gpu, values in readings.items():
+            for name, value in values.items():
+                families[name].add_metric([gpu], value)
+        yield from families.values()
+
+
+def _nvml_readings() -> dict[str, dict[str, float]]:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU: nothing to report
+        return {}
+    readings: dict[str, dict[str, float]] = {}
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            readings[str(index)] = {
+                "utilization_ratio": pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100,
+                "memory_used_ratio": memory.used / memory.total,
+                "temperature_celsius": float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+            }
+    finally:
+        pynvml.nvmlShutdown()
+    return readings

@@ -43,4 +43,6 @@ class WorkerSettings(FleetSettings):
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the worker creates it")
+    static_membership: bool = Field(False, description="Join with group.instance.id = worker id, so a restart "
+                                    "within the session timeout keeps its partitions without a rebalance")
     session_timeout_ms: int = Field(10_000, ge=1000, description="Kafka group session timeout: how soon a dead worker's partitions move")

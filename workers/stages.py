@@ -15,6 +15,7 @@ from aiokafka import ConsumerRecord
 
 from schemas.wire import DeadLetter, Result, Status
 from workers.backends.base import Backend, Encoded
+from workers.batching import FetchedBatch
 from workers.delivery import Outcome
 from workers.triage import Provenance, Ready, Triage, triage
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Prepared:
     records: list[ConsumerRecord]
+    fetched_ms: dict[int, float]  # id(record) -> when it reached this worker
     triaged: Triage
     start_ms: int
     encoded: Encoded | None = None
@@ -39,14 +41,17 @@ class Computed:
     computed: int = 0
     inference_ms: float = 0.0
     padding_efficiency: float | None = None
-    queue_ms: list[float] = field(default_factory=list)
+    input_tokens: tuple[int, ...] = ()
+    stage_ms: dict[str, list[float]] = field(default_factory=dict)  # per request: queue, topic, batch_wait
 
 
-def prepare(backend: Backend, records: list[ConsumerRecord], who: Provenance, start_ms: int) -> Prepared:
+def prepare(backend: Backend, batch: FetchedBatch, who: Provenance, start_ms: int) -> Prepared:
+    records = batch.records
     triaged = triage(records, who, start_ms)
     # Close deadlines first: when the batch is cut into sub-batches, urgent rows lead ties.
     triaged.ready.sort(key=lambda item: item.request.deadline_ms)
-    prepared = Prepared(records=records, triaged=triaged, start_ms=start_ms)
+    fetched_ms = {id(record): at for record, at in zip(records, batch.fetched_ms, strict=True)}
+    prepared = Prepared(records=records, fetched_ms=fetched_ms, triaged=triaged, start_ms=start_ms)
     if triaged.ready:
         started = time.perf_counter()
         try:
@@ -66,15 +71,31 @@ def compute(backend: Backend, prepared: Prepared, who: Provenance) -> Computed:
     started = time.perf_counter()
     vectors = _run_batch(backend, prepared.encoded, [item.text for item in ready])
     done.inference_ms = (time.perf_counter() - started) * 1000
-    done.padding_efficiency = prepared.encoded.padding_efficiency if prepared.encoded is not None else None
+    if prepared.encoded is not None:
+        done.padding_efficiency = prepared.encoded.padding_efficiency
+        done.input_tokens = prepared.encoded.lengths
     finished_ms = prepared.start_ms + prepared.tokenize_ms + done.inference_ms
+    for stage in ("queue", "topic", "batch_wait"):
+        done.stage_ms[stage] = []
     for item, vector in zip(ready, vectors, strict=True):
-        queue_ms = float(max(prepared.start_ms - item.record.timestamp, 0))
-        done.queue_ms.append(queue_ms)
-        timings = {"queue_ms": queue_ms, "tokenize_ms": prepared.tokenize_ms, "inference_ms": done.inference_ms,
-                   "since_submit_ms": max(finished_ms - item.request.submitted_ms, 0.0)}
+        timings = _timings(prepared, item, done.inference_ms, finished_ms)
+        for stage in done.stage_ms:
+            done.stage_ms[stage].append(timings[f"{stage}_ms"])
         done.outcomes.append(Outcome(item.request, _result(who, item, vector, len(ready), timings)))
     return done
+
+
+def _timings(prepared: Prepared, item: Ready, inference_ms: float, finished_ms: float) -> dict[str, float]:
+    """Where this request's time went, in ms; the gateway and client add their own stages."""
+    fetched = prepared.fetched_ms.get(id(item.record), float(prepared.start_ms))
+    return {
+        "queue_ms": float(max(prepared.start_ms - item.record.timestamp, 0)),
+        "topic_ms": max(fetched - item.record.timestamp, 0.0),
+        "batch_wait_ms": max(prepared.start_ms - fetched, 0.0),
+        "tokenize_ms": prepared.tokenize_ms,
+        "inference_ms": inference_ms,
+        "since_submit_ms": max(finished_ms - item.request.submitted_ms, 0.0),
+    }
 
 
 def _result(who: Provenance, item: Ready, vector: npt.NDArray[np.float32] | Exception, batch_size: int,

@@ -29,6 +29,7 @@ class Encoded:
     chunks: list[Chunk]
     real_tokens: int
     padded_tokens: int
+    lengths: tuple[int, ...] = ()
 
     @property
     def padding_efficiency(self) -> float:
@@ -47,7 +48,8 @@ class Encoded:
         groups = [np.arange(len(rows))] if bucket_size <= 0 else _length_groups(lengths, bucket_size, min_efficiency)
         chunks = [Chunk(rows=group, feeds=pad([rows[i] for i in group])) for group in groups]
         padded = sum(len(group) * int(lengths[group].max()) for group in groups)
-        return cls(count=len(rows), chunks=chunks, real_tokens=int(lengths.sum()), padded_tokens=padded)
+        return cls(count=len(rows), chunks=chunks, real_tokens=int(lengths.sum()), padded_tokens=padded,
+                   lengths=tuple(lengths.tolist()))
 
 
 def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficiency: float) -> list[npt.NDArray[np.intp]]:
