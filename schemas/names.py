@@ -30,3 +30,10 @@ def result_key(request_id: str) -> str:
 def reply_stream(waiter_id: str) -> str:
     """Redis stream a waiter (a gateway or client process) reads its replies from."""
     return f"{TOPIC_PREFIX}:reply:{waiter_id}"
+
+TRACE_TOPIC = f"{TOPIC_PREFIX}.trace"
+
+
+def debug_key(model: str, tenant: str | None = None) -> str:
+    """Redis key that switches debug tracing on for a model (or one tenant of it) until it expires."""
+    return f"{TOPIC_PREFIX}:debug:{model}" + (f":tenant:{tenant}" if tenant else "")

@@ -140,3 +140,24 @@ class DeadLetter(_Wire):
     original: bytes
     worker: str | None = None
     time_ms: int = Field(default_factory=now_ms)
+
+
+class TraceRecord(_Wire):
+    """One request recorded by debug mode (on `fleet.trace`), input already redacted."""
+
+    id: str
+    model: str
+    version: str | None = None
+    tenant: str | None = None
+    input: str
+    status: Status
+    outputs: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    batch_size: int = 0
+    timings: dict[str, float] = Field(default_factory=dict)
+    worker: str | None = None
+    reason: str = Field(description="Why it was recorded: request flag, model or tenant switch")
+    time_ms: int = Field(default_factory=now_ms)
+
+    def encode(self) -> bytes:
+        return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True, use_single_float=True)

@@ -20,7 +20,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError
 from redis.asyncio import Redis
 
 from fleet.topics import ensure_topics
-from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, consumer_group, requests_topic
+from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, requests_topic
 from schemas.wire import now_ms
 from workers.backends.base import Backend
 from workers.batching import BatchCollector, BatchPolicy
@@ -28,6 +28,8 @@ from workers.delivery import ResultSink
 from workers.metrics import WorkerMetrics
 from workers.settings import WorkerSettings
 from workers.stages import Computed, Prepared, compute, prepare
+from workers.redaction import Redactor
+from workers.tracing import DebugTracer
 from workers.triage import Provenance
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ class Worker:
             self._backend = await asyncio.to_thread(load_backend, self.settings)
             self.metrics.model_load.labels(model=self.settings.model, version=self._backend.manifest.id,
                                            device=self._backend.device).set(time.perf_counter() - started)
-        await ensure_topics(self.settings.kafka_bootstrap, [self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC],
+        await ensure_topics(self.settings.kafka_bootstrap, [self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC],
                             self.settings.partitions)
         if self._redis is None:
             self._redis = Redis.from_url(self.settings.redis_url)
@@ -106,6 +108,8 @@ class Worker:
                              self.settings.batch_policy, self.settings.preferred_batch_sizes)
         self._collector = BatchCollector(self._consumer, policy, stopping=self._stop_requested.is_set)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
+        self.tracer = DebugTracer(self._redis, self._producer, self.settings.model,
+                                  Redactor.with_defaults(self.settings.redact_patterns))
         manifest = self.backend.manifest
         self._who = Provenance(model=self.settings.model, version=manifest.id, device=self.backend.device,
                                worker=self.worker_id)
@@ -179,6 +183,7 @@ class Worker:
             elapsed = time.perf_counter() - started
             self.metrics.delivery.labels(**self._labels).observe(elapsed)
             self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
+            await self.tracer.record(batch.outcomes)
             await self._commit(batch.records)
             self._count(batch)
 

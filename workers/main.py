@@ -17,7 +17,7 @@ async def serve(settings: WorkerSettings, *, burst: bool) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.request_stop)
         if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr="127.0.0.1", registry=worker.metrics.registry)
+            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
         print(f"worker {worker.worker_id} ready: model {settings.model} version {worker.backend.manifest.id}", flush=True)
         return await worker.run(burst=burst)
 

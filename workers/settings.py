@@ -42,6 +42,9 @@ class WorkerSettings(FleetSettings):
     max_input_tokens: int = Field(256, ge=8, description="Inputs are truncated to this many tokens")
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")
+    redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "
+                                       "debug traces, on top of e-mails, phone and card numbers")
+    metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds; 0.0.0.0 in containers")
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the worker creates it")
     static_membership: bool = Field(False, description="Join with group.instance.id = worker id, so a restart "
                                     "within the session timeout keeps its partitions without a rebalance")
