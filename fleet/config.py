@@ -19,6 +19,8 @@ class FleetSettings(BaseSettings):
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL for replies and result lookup")
     home: Path = Field(Path(".fleet"), description="Folder for local state: stack data, model registry")
+    log_json: bool = Field(False, description="Log JSON lines (one object per line) instead of plain text")
+    log_level: str = Field("INFO", description="Python logging level")
     model_dir: Path | None = Field(None, description="Model registry folder; default <home>/models")
 
     @property

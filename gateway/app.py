@@ -49,6 +49,10 @@ class GatewayMetrics:
         self.latency = Histogram("fleet_gateway_infer_seconds", "Sync infer, receive to response", ["model"],
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
                                  registry=self.registry)
+        self.stage = Histogram("fleet_gateway_stage_seconds", "Sync infer stages seen by the gateway: produce "
+                               "(publish until Kafka acks), end_to_end (publish until the reply)", ["model", "stage"],
+                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                               registry=self.registry)
 
 
 def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> FastAPI:
@@ -92,8 +96,13 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
             result = await fleet.infer(model, body.text, timeout=timeout_of(body), options=options)
         except InferenceTimeout as exc:
             return JSONResponse({"detail": str(exc), "id": exc.request_id}, status_code=504)
-        metrics.latency.labels(model=model).observe(time.perf_counter() - started)
-        return result.model_dump(mode="json")
+        elapsed = time.perf_counter() - started
+        metrics.latency.labels(model=model).observe(elapsed)
+        for stage in ("produce", "end_to_end"):
+            metrics.stage.labels(model=model, stage=stage).observe(result.timings.get(f"{stage}_ms", 0.0) / 1000)
+        answer = result.model_dump(mode="json")
+        answer["timings"]["gateway_ms"] = elapsed * 1000
+        return answer
 
     @app.post("/v1/models/{model}/requests", status_code=202, response_model=Accepted,
               summary="Submit without waiting; poll /v1/results/{id}")

@@ -126,10 +126,12 @@ class FleetClient:
         request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(redis=self.waiter.waiter_id),
                                      options=options)
         reply = self.waiter.expect(request.id)
+        started = time.perf_counter()
         try:
             await self.publish(request)
+            produced = time.perf_counter()
             remaining = max(request.deadline_ms - now_ms(), 0) / 1000
-            return await asyncio.wait_for(asyncio.shield(reply), timeout=remaining)
+            result = await asyncio.wait_for(asyncio.shield(reply), timeout=remaining)
         except TimeoutError:
             late = await self.result(request.id)  # the reply may have raced the deadline
             if late is not None:
@@ -137,6 +139,10 @@ class FleetClient:
             raise InferenceTimeout(request.id, timeout) from None
         finally:
             self.waiter.forget(request.id)
+        answered = time.perf_counter()
+        # The worker's stages are in the result already; add what only the caller sees.
+        stages = {"produce_ms": (produced - started) * 1000, "end_to_end_ms": (answered - started) * 1000}
+        return result.model_copy(update={"timings": {**result.timings, **stages}})
 
     async def submit(self, model: str, text: str, *, timeout: float | None = None,
                      results_topic: str | None = None, options: RequestOptions | None = None) -> str:

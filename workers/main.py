@@ -7,6 +7,7 @@ import signal
 
 from prometheus_client import start_http_server
 
+from fleet.logs import configure_logging
 from workers.consumer import Worker
 from workers.settings import WorkerSettings
 
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--burst", action="store_true", help="drain the backlog, then exit")
     args = parser.parse_args(argv)
     settings = WorkerSettings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(json_lines=settings.log_json, level=settings.log_level)
     processed = asyncio.run(serve(settings, burst=args.burst))
     logging.getLogger(__name__).info("worker stopped after %d records", processed)
 

@@ -104,3 +104,14 @@ def test_health_readiness_metrics_and_openapi(gateway_url: str) -> None:
     assert "fleet_gateway_requests_total" in metrics
     paths = httpx.get(f"{gateway_url}/openapi.json").json()["paths"]
     assert {"/v1/models/{model}/infer", "/v1/models/{model}/requests", "/v1/results/{request_id}"} <= set(paths)
+
+
+async def test_result_carries_every_stage_from_gateway_to_model(gateway_url: str, serve) -> None:  # type: ignore[no-untyped-def]
+    async with serve(), httpx.AsyncClient(base_url=gateway_url, timeout=30) as http:
+        response = await http.post(f"/v1/models/{MODEL}/infer", json={"text": "stage by stage"})
+        metrics = (await http.get("/metrics")).text
+    timings = response.json()["timings"]
+    stages = {"gateway_ms", "produce_ms", "end_to_end_ms", "topic_ms", "batch_wait_ms", "tokenize_ms", "inference_ms"}
+    assert stages <= set(timings)
+    assert timings["gateway_ms"] >= timings["end_to_end_ms"] >= timings["inference_ms"] > 0
+    assert 'fleet_gateway_stage_seconds_count{model="minilm-embed",stage="produce"}' in metrics
