@@ -19,7 +19,11 @@ ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63
 
 
 class WireError(ValueError):
-    """Bytes that are not a valid message of the contract; the message says why."""
+    """Bytes that are not a valid message of the contract; the message says why, `code` says what kind."""
+
+    def __init__(self, message: str, code: str = "invalid_fields") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def new_request_id() -> str:
@@ -44,12 +48,13 @@ class _Wire(BaseModel):
         try:
             data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
         except Exception as exc:  # msgpack raises several unrelated types for garbage
-            raise WireError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+            raise WireError(f"not msgpack: {type(exc).__name__}: {exc}", "not_msgpack") from exc
         if not isinstance(data, dict):
-            raise WireError(f"expected a msgpack map, got {type(data).__name__}")
+            raise WireError(f"expected a msgpack map, got {type(data).__name__}", "not_a_map")
         version = data.get("v")
         if version != SCHEMA_VERSION:
-            raise WireError(f"unsupported schema version v={version!r}; this worker reads v={SCHEMA_VERSION}")
+            raise WireError(f"unsupported schema version v={version!r}; this worker reads v={SCHEMA_VERSION}",
+                            "schema_version")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -89,7 +94,7 @@ class Request(_Wire):
         """The text input of a text model; a missing or non-string text is a WireError."""
         value = self.inputs.get("text")
         if not isinstance(value, str):
-            raise WireError("inputs.text: a string is required")
+            raise WireError("inputs.text: a string is required", "invalid_input")
         return value
 
 
@@ -134,6 +139,7 @@ class Result(_Wire):
 
 class DeadLetter(_Wire):
     reason: str
+    code: str = "invalid_fields"
     topic: str
     partition: int
     offset: int

@@ -242,4 +242,4 @@ class Worker:
                 latency_s = max(delivered_ms - outcome.request.submitted_ms, 0) / 1000
                 self.metrics.end_to_end.labels(**labels).observe(latency_s)
         for letter in batch.dead_letters:
-            self.metrics.dead_letters.labels(model=self.settings.model, reason=letter.reason.split(":")[0]).inc()
+            self.metrics.dead_letters.labels(model=self.settings.model, reason=letter.code).inc()

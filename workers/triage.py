@@ -62,19 +62,19 @@ def triage(records: list[KafkaRecord], who: Provenance, now_ms: int) -> Triage:
     return sorted_out
 
 
-def _dead_letter(record: KafkaRecord, reason: str, who: Provenance) -> DeadLetter:
-    return DeadLetter(reason=reason, topic=record.topic, partition=record.partition, offset=record.offset,
+def _dead_letter(record: KafkaRecord, reason: str, code: str, who: Provenance) -> DeadLetter:
+    return DeadLetter(reason=reason, code=code, topic=record.topic, partition=record.partition, offset=record.offset,
                       original=record.value or b"", worker=who.worker)
 
 
 def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage) -> None:
     if not record.value:
-        into.dead_letters.append(_dead_letter(record, "empty message", who))
+        into.dead_letters.append(_dead_letter(record, "empty message", "empty", who))
         return
     try:
         request = Request.decode(record.value)
     except WireError as exc:
-        into.dead_letters.append(_dead_letter(record, str(exc), who))
+        into.dead_letters.append(_dead_letter(record, str(exc), exc.code, who))
         return
     if request.deadline_ms <= now_ms:
         into.expired += 1
@@ -94,7 +94,7 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage) -
         text = request.text
     except WireError as exc:
         # Decodable but unusable: the caller gets an error result, the DLQ keeps the bytes.
-        into.dead_letters.append(_dead_letter(record, str(exc), who))
+        into.dead_letters.append(_dead_letter(record, str(exc), exc.code, who))
         into.answered.append(Outcome(request, who.error(request.id, "invalid_input", str(exc))))
         return
     into.ready.append(Ready(record, request, text))

@@ -56,3 +56,12 @@ def test_pinned_version_that_is_not_loaded_is_an_error_result() -> None:
     sorted_out = triage([Record(request_bytes(version="minilm-embed-20200101-001"))], WHO, NOW)
     [outcome] = sorted_out.answered
     assert outcome.result.error is not None and outcome.result.error.code == "version_unavailable"
+
+
+def test_dead_letters_carry_a_code_for_metrics() -> None:
+    records = [Record(b"\xc1", offset=1), Record(None, offset=2), Record(msgpack.packb([1]), offset=3),
+               Record(msgpack.packb({"v": 7}), offset=4), Record(msgpack.packb({"v": 1}), offset=5),
+               Record(request_bytes(inputs={"image": "x"}), offset=6)]
+    codes = {d.offset: d.code for d in triage(records, WHO, NOW).dead_letters}
+    assert codes == {1: "not_msgpack", 2: "empty", 3: "not_a_map", 4: "schema_version", 5: "invalid_fields",
+                     6: "invalid_input"}
