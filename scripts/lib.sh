@@ -23,3 +23,11 @@ ensure_python() {
         touch "$stamp"
     fi
 }
+
+# promtool validates the shipped alert rules; the tests skip that check where it is missing.
+ensure_promtool() {
+    command -v promtool >/dev/null && return 0
+    log "installing promtool (Debian package prometheus)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; } \
+        || log "promtool not installable here; its checks will be skipped"
+}

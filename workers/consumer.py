@@ -65,6 +65,7 @@ class Worker:
         self._exit = AsyncExitStack()
         self._stop_requested = asyncio.Event()
         self._started = False
+        self._reported_partitions: set[TopicPartition] = set()
 
     @property
     def backend(self) -> Backend:
@@ -210,9 +211,14 @@ class Worker:
             log.warning("commit after rebalance refused (%s); %d records will be redelivered", exc, len(records))
 
     def _observe_backlog(self) -> None:
-        for tp, waiting in self._collector.last_backlog.items():
-            self.metrics.backlog.labels(model=self.settings.model, role=self.settings.role.value,
-                                        partition=str(tp.partition)).set(waiting)
+        role = self.settings.role.value
+        owned = self._collector.last_backlog
+        for tp, waiting in owned.items():
+            self.metrics.backlog.labels(model=self.settings.model, role=role, partition=str(tp.partition)).set(waiting)
+        # A partition that moved to another worker is theirs to report; a stale value here would double count.
+        for tp in self._reported_partitions - owned.keys():
+            self.metrics.backlog.remove(self.settings.model, role, str(tp.partition))
+        self._reported_partitions = set(owned)
 
     def _count(self, batch: Computed) -> None:
         self.processed += len(batch.records)
