@@ -48,4 +48,18 @@ class WorkerSettings(FleetSettings):
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the worker creates it")
     static_membership: bool = Field(False, description="Join with group.instance.id = worker id, so a restart "
                                     "within the session timeout keeps its partitions without a rebalance")
+    environment: str = Field("development", description="development | staging | production; production "
+                             "refuses every fault-injection setting")
+    fault_injection: bool = Field(False, description="Master switch for the fault_* settings (tests and drills)")
+    fault_error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of batches that raise a device error")
+    fault_oom_above_batch: int | None = Field(None, ge=1, description="Batches larger than this raise out-of-memory")
+    fault_fail_after_records: int | None = Field(None, ge=0, description="After this many computed records every "
+                                                 "batch raises a device error (a device that dies mid-load)")
+    fault_probe_fails: bool = Field(False, description="Make the health probe fail")
+    health_probe_interval_s: float = Field(2.0, gt=0, description="How often the health probe runs a tiny inference")
+    health_probe_timeout_s: float = Field(2.0, gt=0, description="A probe slower than this counts as a failure")
+    health_max_consecutive_errors: int = Field(3, ge=1, description="Consecutive device errors that mark the "
+                                               "worker failed")
+    heartbeat_interval_s: float = Field(1.0, gt=0, description="How often the worker writes its heartbeat to Redis")
+    heartbeat_ttl_s: float = Field(5.0, gt=0, description="A heartbeat older than this is gone: the worker is dead")
     session_timeout_ms: int = Field(10_000, ge=1000, description="Kafka group session timeout: how soon a dead worker's partitions move")
