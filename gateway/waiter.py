@@ -14,7 +14,7 @@ import secrets
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from schemas.names import reply_stream
 from schemas.wire import Result
@@ -70,14 +70,11 @@ class ReplyWaiter:
 
     async def _read_forever(self) -> None:
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, OSError)),
-                wait=wait_exponential(multiplier=0.05, max=2.0),
-                stop=stop_after_delay(self._reconnect_for_s),
-                reraise=True,
-            ):
-                with attempt:
-                    await self._read_loop()
+            while True:
+                for _stream, entries in await self._read_with_retry():
+                    for entry_id, fields in entries:
+                        self._last_id = entry_id
+                        self._resolve(fields)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -85,13 +82,22 @@ class ReplyWaiter:
             self._fail_all(exc)
             raise
 
-    async def _read_loop(self) -> None:
-        while True:
-            batches = await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT, block=READ_BLOCK_MS)
-            for _stream, entries in batches:
-                for entry_id, fields in entries:
-                    self._last_id = entry_id
-                    self._resolve(fields)
+    async def _read_with_retry(self) -> list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]:
+        """One blocking XREAD; connection trouble is retried until reconnect_for_s were spent backing off.
+
+        (Not tenacity's stop_after_delay: that counts from the start of the first attempt, so a
+        read stalled longer than the window would never be retried.)
+        """
+        window = self._reconnect_for_s
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, OSError)),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            stop=lambda state: state.idle_for >= window,
+            reraise=True,
+        ):
+            with attempt:
+                return await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT, block=READ_BLOCK_MS)
+        raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _resolve(self, fields: dict[bytes, bytes]) -> None:
         request_id = fields[b"id"].decode()

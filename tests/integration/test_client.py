@@ -58,3 +58,22 @@ async def test_two_thousand_concurrent_waits_share_few_redis_connections(client:
     assert peak >= 1900
     assert all(r.status is Status.ok for r in results)
     assert connections_during - connections_before <= 10
+
+
+async def test_reply_reader_survives_a_redis_timeout_after_long_healthy_operation(stack) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from gateway.waiter import ReplyWaiter
+
+    redis = Redis.from_url(stack.redis_url, socket_timeout=1.5)  # longer than the reader's 1 s block
+    waiter = ReplyWaiter(redis, reconnect_for_s=1.0)
+    waiter.start()
+    try:
+        await asyncio.sleep(1.5)  # healthy for longer than the reconnect window
+        time.sleep(2.0)  # a stalled event loop makes the in-flight blocking read time out
+        await asyncio.sleep(1.5)
+        future = waiter.expect("ab" * 16)  # raises if the reader died
+        assert not future.done()
+    finally:
+        await waiter.stop()
+        await redis.aclose()
