@@ -20,13 +20,15 @@ from aiokafka.errors import CommitFailedError, IllegalStateError
 from redis.asyncio import Redis
 
 from fleet.topics import ensure_topics
-from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, requests_topic
+from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,
+                           requests_topic)
 from schemas.wire import now_ms
 from workers.backends.base import Backend
+from workers.batch_cap import BatchSizeCap
 from workers.batching import BatchCollector, BatchPolicy
-from workers.delivery import ResultSink
+from workers.delivery import Outcome, ResultSink
 from workers.metrics import WorkerMetrics
-from workers.settings import WorkerSettings
+from workers.settings import Role, WorkerSettings
 from workers.stages import Computed, Prepared, compute, prepare
 from workers.redaction import Redactor
 from workers.tracing import DebugTracer
@@ -97,6 +99,8 @@ class Worker:
             group_id=consumer_group(self.settings.model, self.settings.role.value),
             client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset="earliest",
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
+            # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
+            metadata_max_age_ms=30_000,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
             # Static membership: a restarted worker gets its partitions back without a rebalance.
@@ -105,9 +109,10 @@ class Worker:
         await self._consumer.start()
         # Leaving the group last lets the partitions move only after everything is delivered.
         self._exit.push_async_callback(self._consumer.stop)
-        policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
-                             self.settings.batch_policy, self.settings.preferred_batch_sizes)
-        self._collector = BatchCollector(self._consumer, policy, stopping=self._stop_requested.is_set)
+        self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
+                                   self.settings.batch_policy, self.settings.preferred_batch_sizes)
+        self._batch_cap = BatchSizeCap(self.settings.max_batch_size)
+        self._collector = BatchCollector(self._consumer, self._policy, stopping=self._stop_requested.is_set)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self.tracer = DebugTracer(self._redis, self._producer, self.settings.model,
                                   Redactor.with_defaults(self.settings.redact_patterns))
@@ -174,8 +179,24 @@ class Worker:
     async def _compute_stage(self, inbox: "asyncio.Queue[Prepared | None]",
                              out: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
-            await out.put(await asyncio.to_thread(compute, self.backend, batch, self._who))
+            computed = await asyncio.to_thread(compute, self.backend, batch, self._who)
+            self._adjust_batch_cap(computed)
+            await out.put(computed)
         await out.put(None)
+
+    def _adjust_batch_cap(self, computed: Computed) -> None:
+        run = computed.run
+        if run is None:
+            return
+        if run.largest_oom:
+            self._batch_cap.on_oom(run.largest_oom)
+            self.metrics.oom_splits.labels(**self._labels).inc(run.oom_splits)
+            log.warning("out of memory on a batch of %d; effective max batch now %d", run.largest_oom,
+                        self._batch_cap.current)
+        elif run.clean:
+            self._batch_cap.on_clean_batch()
+        self._policy.max_batch_size = self._batch_cap.current
+        self.metrics.effective_max_batch.labels(**self._labels).set(self._batch_cap.current)
 
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
@@ -184,9 +205,25 @@ class Worker:
             elapsed = time.perf_counter() - started
             self.metrics.delivery.labels(**self._labels).observe(elapsed)
             self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
+            if batch.unanswered:
+                await self._hand_over(batch)
             await self.tracer.record(batch.outcomes)
             await self._commit(batch.records)
             self._count(batch)
+
+    async def _hand_over(self, batch: Computed) -> None:
+        """The device failed before computing these: a primary forwards them to the CPU fallback
+        topic (committed here only once they are there); a fallback worker has nowhere to send
+        them and answers with an error."""
+        if self.settings.role is Role.fallback:
+            outcomes = [Outcome(item.request, self._who.error(item.request.id, "device_failed", str(batch.run and batch.run.device_error)))
+                        for item in batch.unanswered]
+            await self._sink.deliver(outcomes, [])
+            batch.outcomes += outcomes
+            return
+        originals = [(item.record.key, item.record.value or b"") for item in batch.unanswered]
+        await self._sink.forward(fallback_topic(self.settings.model), originals)
+        self.metrics.forwarded.labels(**self._labels).inc(len(originals))
 
     async def _drained(self, consumer: AIOKafkaConsumer) -> bool:
         assigned = consumer.assignment()

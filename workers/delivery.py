@@ -67,3 +67,9 @@ class ResultSink:
         futures = [await self._producer.send(DLQ_TOPIC, letter.encode()) for letter in dead_letters]
         if futures:
             await asyncio.gather(*futures)
+
+    async def forward(self, topic: str, originals: list[tuple[bytes | None, bytes]]) -> None:
+        """Hand requests, byte for byte, to another topic (the CPU fallback) before committing them here."""
+        futures = [await self._producer.send(topic, value, key=key) for key, value in originals]
+        if futures:
+            await asyncio.gather(*futures)

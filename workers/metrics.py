@@ -55,6 +55,12 @@ class WorkerMetrics:
                              ["model", "role", "device", "worker"], registry=reg)
         self.model_load = Gauge(f"{PREFIX}_model_load_seconds", "Time to verify, load and warm up a model version",
                                 ["model", "version", "device"], registry=reg)
+        self.oom_splits = Counter(f"{PREFIX}_oom_splits", "Batch halvings after device out-of-memory", labels,
+                                  registry=reg)
+        self.effective_max_batch = Gauge(f"{PREFIX}_effective_max_batch_size", "Max batch size after OOM back-off",
+                                         labels, registry=reg)
+        self.forwarded = Counter(f"{PREFIX}_forwarded_to_fallback", "Requests handed to the CPU fallback topic "
+                                 "because this worker's device failed", labels, registry=reg)
         reg.register(GpuCollector())
 
 

@@ -13,9 +13,10 @@ import numpy as np
 import numpy.typing as npt
 from aiokafka import ConsumerRecord
 
-from schemas.wire import DeadLetter, Result, Status
+from schemas.wire import DeadLetter, Result
 from workers.backends.base import Backend, Encoded
 from workers.batching import FetchedBatch
+from workers.run_batch import BatchRun, OutOfMemoryForOneRow, run_batch
 from workers.delivery import Outcome
 from workers.triage import Provenance, Ready, Triage, triage
 
@@ -42,6 +43,8 @@ class Computed:
     inference_ms: float = 0.0
     padding_efficiency: float | None = None
     input_tokens: tuple[int, ...] = ()
+    unanswered: list[Ready] = field(default_factory=list)  # the device failed before computing these
+    run: BatchRun | None = None
     stage_ms: dict[str, list[float]] = field(default_factory=dict)  # per request: queue, topic, batch_wait
 
 
@@ -69,7 +72,7 @@ def compute(backend: Backend, prepared: Prepared, who: Provenance) -> Computed:
     if not ready:
         return done
     started = time.perf_counter()
-    vectors = _run_batch(backend, prepared.encoded, [item.text for item in ready])
+    done.run = run_batch(backend, prepared.encoded, [item.text for item in ready])
     done.inference_ms = (time.perf_counter() - started) * 1000
     if prepared.encoded is not None:
         done.padding_efficiency = prepared.encoded.padding_efficiency
@@ -77,7 +80,10 @@ def compute(backend: Backend, prepared: Prepared, who: Provenance) -> Computed:
     finished_ms = prepared.start_ms + prepared.tokenize_ms + done.inference_ms
     for stage in ("queue", "topic", "batch_wait"):
         done.stage_ms[stage] = []
-    for item, vector in zip(ready, vectors, strict=True):
+    for item, vector in zip(ready, done.run.answers, strict=True):
+        if vector is None:
+            done.unanswered.append(item)
+            continue
         timings = _timings(prepared, item, done.inference_ms, finished_ms)
         for stage in done.stage_ms:
             done.stage_ms[stage].append(timings[f"{stage}_ms"])
@@ -100,24 +106,10 @@ def _timings(prepared: Prepared, item: Ready, inference_ms: float, finished_ms: 
 
 def _result(who: Provenance, item: Ready, vector: npt.NDArray[np.float32] | Exception, batch_size: int,
             timings: dict[str, float]) -> Result:
+    if isinstance(vector, OutOfMemoryForOneRow):
+        return who.error(item.request.id, "out_of_memory", str(vector), batch_size=batch_size, timings=timings)
     if isinstance(vector, Exception):
         return who.error(item.request.id, "inference_failed", f"{type(vector).__name__}: {vector}",
                          batch_size=batch_size, timings=timings)
-    return who.result(item.request.id, Status.ok, outputs={"embedding": vector.tolist()}, batch_size=batch_size,
+    return who.result(item.request.id, who.served_status, outputs={"embedding": vector.tolist()}, batch_size=batch_size,
                       timings=timings)
-
-
-def _run_batch(backend: Backend, encoded: Encoded | None,
-               texts: list[str]) -> list[npt.NDArray[np.float32] | Exception]:
-    if encoded is not None:
-        try:
-            return list(backend.run(encoded))
-        except Exception:
-            log.exception("batch of %d failed; retrying one by one so one bad input fails alone", len(texts))
-    answers: list[npt.NDArray[np.float32] | Exception] = []
-    for text in texts:
-        try:
-            answers.append(backend.run(backend.encode([text]))[0])
-        except Exception as exc:
-            answers.append(exc)
-    return answers

@@ -31,6 +31,7 @@ class Provenance:
     version: str
     device: str
     worker: str
+    served_status: Status = Status.ok  # fallback workers answer `degraded`
 
     def result(self, request_id: str, status: Status, **fields: Any) -> Result:
         return Result(id=request_id, model=self.model, version=self.version, device=self.device,
