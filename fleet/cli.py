@@ -19,6 +19,10 @@ DELEGATES = {
     "stack": ("fleet.stack", "start, stop or inspect the local Kafka and Redis"),
     "build-models": ("workers.modelbuild.__main__", "build and register model versions"),
     "demo": ("fleet.demo", "run the fleet end to end and print a table"),
+    "bench": ("fleet.bench", "batching benchmark: fleet vs raw model throughput and latency per batch config"),
+    "lag": ("fleet.lag", "consumer-group lag per partition and the estimated time to drain it"),
+    "scale": ("fleet.scale", "start or stop local worker processes of a model (--workers N, --status)"),
+    "consistency": ("fleet.consistency", "check served embeddings against an offline recomputation"),
 }
 
 
