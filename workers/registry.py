@@ -19,6 +19,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 MANIFEST_FILE = "manifest.json"
+# What a version's `torch_dir` holds: a transformers model folder (config + safetensors weights).
+TORCH_CONFIG_FILE = "config.json"
+TORCH_WEIGHTS_FILE = "model.safetensors"
 
 Precision = Literal["fp32", "int8"]
 
@@ -108,6 +111,12 @@ class ModelManifest(_Frozen):
     files: dict[str, str] = Field(description="Relative file name -> sha256 hex digest")
     onnx_file: str
     tokenizer_file: str
+    # Older manifests have no such field: they load as ONNX-only versions.
+    torch_dir: str | None = Field(
+        None,
+        description=f"Folder inside the version holding the PyTorch weights ({TORCH_WEIGHTS_FILE}) and config "
+        f"({TORCH_CONFIG_FILE}) the ONNX graph was exported from, for the torch backend; None: ONNX-only",
+    )
     max_length: int = Field(gt=0, description="Longest token sequence the model accepts")
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[OutputSpec, ...]
@@ -123,9 +132,22 @@ class ModelManifest(_Frozen):
                 raise ValueError(f"{role} {filename!r} is not listed in files")
         for filename in self.files:
             _check_relative(filename)
+        if self.torch_dir is not None:
+            _check_relative(self.torch_dir)
+            for filename in (self.torch_config_file, self.torch_weights_file):
+                if filename not in self.files:
+                    raise ValueError(f"torch_dir artifact {filename!r} is not listed in files")
         if not self.outputs or not isinstance(self.outputs[0].shape[-1], int):
             raise ValueError("the first output must have a fixed last axis (the embedding width)")
         return self
+
+    @property
+    def torch_config_file(self) -> str | None:
+        return None if self.torch_dir is None else f"{self.torch_dir}/{TORCH_CONFIG_FILE}"
+
+    @property
+    def torch_weights_file(self) -> str | None:
+        return None if self.torch_dir is None else f"{self.torch_dir}/{TORCH_WEIGHTS_FILE}"
 
     @property
     def embedding_dim(self) -> int:

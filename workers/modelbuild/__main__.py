@@ -2,7 +2,10 @@
 
 By default a version whose source package and precision are already registered is kept
 (after re-verifying its hashes), so a second run is quick and says what it skipped;
-`--force` builds fresh versions anyway.
+`--force` builds fresh versions anyway. An FP32 version registered without PyTorch
+artifacts (built before the torch backend existed) does not count: a new FP32 version is
+built with them, and a new INT8 version from it, since INT8 is matched by its FP32 parent.
+Old versions stay registered and servable by ONNX Runtime (versions are immutable).
 """
 
 from __future__ import annotations
@@ -41,15 +44,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _registered(
-    registry: ModelRegistry, precision: Precision, source: ModelSource, parent: str | None
+    registry: ModelRegistry, precision: Precision, source: ModelSource, parent: str | None, *, with_torch: bool = False
 ) -> ModelManifest | None:
-    """Newest registered version made from `source` at `precision` (and from `parent`, if given)."""
+    """Newest registered version made from `source` at `precision` (and from `parent`, if given;
+    with PyTorch artifacts, if `with_torch`)."""
     matches = [
         manifest
         for manifest in registry.versions(MODEL_NAME)
         if manifest.precision == precision
         and manifest.source == source
         and (parent is None or manifest.parent == parent)
+        and (not with_torch or manifest.torch_dir is not None)
     ]
     return matches[-1] if matches else None
 
@@ -64,16 +69,17 @@ def _keep(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) 
 
 
 def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
-    header = ("version id", "precision", "status", "size MB", "check")
+    header = ("version id", "precision", "status", "serves", "size MB", "check")
     rows = [header]
     for version in versions:
         manifest = version.manifest
-        size_mb = registry.path_of(manifest, manifest.onnx_file).stat().st_size / 1e6
+        size_mb = sum(registry.path_of(manifest, name).stat().st_size for name in manifest.files) / 1e6
         rows.append(
             (
                 manifest.id,
                 manifest.precision,
                 "built" if version.newly_built else "kept",
+                "onnx+torch" if manifest.torch_dir is not None else "onnx",
                 f"{size_mb:.1f}",
                 f"{manifest.check.name}: {describe_check(manifest.check)}",
             )
@@ -94,10 +100,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"({packaged.source.base_model})"
     )
     try:
-        existing_fp32 = None if args.force else _registered(registry, "fp32", packaged.source, parent=None)
+        existing_fp32 = (
+            None if args.force else _registered(registry, "fp32", packaged.source, parent=None, with_torch=True)
+        )
         if existing_fp32 is not None:
             fp32 = _keep(registry, existing_fp32, progress)
         else:
+            onnx_only = None if args.force else _registered(registry, "fp32", packaged.source, parent=None)
+            if onnx_only is not None:
+                progress.step(
+                    f"FP32 {onnx_only.id} has no PyTorch artifacts (built before the torch backend); building a new "
+                    f"FP32 version with them (and its INT8); {onnx_only.id} stays registered"
+                )
             fp32 = build_fp32(registry, packaged, progress)
         existing_int8 = None if args.force else _registered(registry, "int8", packaged.source, parent=fp32.manifest.id)
         if existing_int8 is not None:

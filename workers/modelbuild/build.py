@@ -1,5 +1,9 @@
 """The build steps for one version each: FP32 from PyTorch, INT8 from a registered FP32.
 
+The FP32 version also keeps the PyTorch weights and config its graph was exported from
+(`torch/`, listed and hashed in the manifest as `torch_dir`), so the torch backend serves the
+very same version; the INT8 version is ONNX-only.
+
 A version is staged in its own registry folder and only becomes visible when
 `ModelRegistry.register` writes its manifest, which it does only when the check passed.
 Any failure removes the staged folder, so the registry never holds half a version.
@@ -19,15 +23,27 @@ from workers.modelbuild.checks import (
     check_int8_close_to_fp32,
     onnx_embeddings,
     reference_embeddings,
+    torch_embeddings,
 )
 from workers.modelbuild.graph import describe_io
 from workers.modelbuild.progress import Progress
 from workers.modelbuild.sentences import CHECK_SENTENCES
 from workers.modelbuild.source import TOKENIZER_FILE, PackagedModel
-from workers.registry import AccuracyCheck, ModelManifest, ModelRegistry, ModelSource, Precision, hash_files
+from workers.registry import (
+    TORCH_CONFIG_FILE,
+    TORCH_WEIGHTS_FILE,
+    AccuracyCheck,
+    ModelManifest,
+    ModelRegistry,
+    ModelSource,
+    Precision,
+    hash_files,
+)
 
 MODEL_NAME = "minilm-embed"
 ONNX_FILE = "model.onnx"
+TORCH_DIR = "torch"
+TORCH_FILES = (f"{TORCH_DIR}/{TORCH_CONFIG_FILE}", f"{TORCH_DIR}/{TORCH_WEIGHTS_FILE}")
 
 
 @dataclass(frozen=True)
@@ -59,8 +75,10 @@ def _manifest(
     max_length: int,
     recipe: dict[str, str],
     check: AccuracyCheck,
+    torch_dir: str | None = None,
 ) -> ModelManifest:
     inputs, outputs = describe_io(folder / ONNX_FILE, normalized_outputs=True)
+    torch_files = TORCH_FILES if torch_dir is not None else ()
     return ModelManifest(
         id=version_id,
         name=MODEL_NAME,
@@ -68,9 +86,10 @@ def _manifest(
         precision=precision,
         parent=parent,
         source=source,
-        files=hash_files(folder, [ONNX_FILE, TOKENIZER_FILE]),
+        files=hash_files(folder, [ONNX_FILE, TOKENIZER_FILE, *torch_files]),
         onnx_file=ONNX_FILE,
         tokenizer_file=TOKENIZER_FILE,
+        torch_dir=torch_dir,
         max_length=max_length,
         inputs=inputs,
         outputs=outputs,
@@ -90,6 +109,11 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
         progress.step(f"exporting FP32 ONNX (opset {export.OPSET}) to {folder / ONNX_FILE}")
         export.export_fp32(encoder, folder / ONNX_FILE)
         shutil.copyfile(packaged.tokenizer_file, folder / TOKENIZER_FILE)
+        # The weights and config the graph was just exported from, byte for byte: what the
+        # torch backend serves for this version.
+        (folder / TORCH_DIR).mkdir()
+        shutil.copyfile(packaged.config_file, folder / TORCH_DIR / TORCH_CONFIG_FILE)
+        shutil.copyfile(packaged.weights_file, folder / TORCH_DIR / TORCH_WEIGHTS_FILE)
 
         progress.step(f"checking FP32 ONNX against PyTorch (sentence-transformers) on {len(CHECK_SENTENCES)} sentences")
         reference = reference_embeddings(packaged.model_dir, CHECK_SENTENCES)
@@ -106,7 +130,17 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
             )
             for batch_size in (len(CHECK_SENTENCES), 1)
         ]
-        check = check_fp32_matches_reference(runs, reference)
+        progress.step(f"checking the stored PyTorch artifacts ({TORCH_DIR}/) the way the torch backend runs them")
+        torch_run = torch_embeddings(
+            folder / TORCH_DIR / TORCH_CONFIG_FILE,
+            folder / TORCH_DIR / TORCH_WEIGHTS_FILE,
+            folder / TOKENIZER_FILE,
+            max_length=packaged.max_seq_length,
+            input_names=[spec.name for spec in inputs],
+            sentences=CHECK_SENTENCES,
+            batch_size=len(CHECK_SENTENCES),
+        )
+        check = check_fp32_matches_reference(runs, reference, torch_run)
         progress.step(f"FP32 check: {describe_check(check)}")
         manifest = _manifest(
             version_id=version_id,
@@ -116,8 +150,13 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
             folder=folder,
             source=packaged.source,
             max_length=packaged.max_seq_length,
-            recipe=export.recipe(),
+            recipe={
+                **export.recipe(),
+                "torch_artifacts": f"{TORCH_DIR}/: {packaged.source.package}'s {TORCH_CONFIG_FILE} and "
+                f"{TORCH_WEIGHTS_FILE}, copied unchanged (the weights the graph was exported from)",
+            },
             check=check,
+            torch_dir=TORCH_DIR,
         )
         registry.register(manifest)
     progress.step(f"registered as {manifest.id}")

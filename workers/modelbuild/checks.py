@@ -1,7 +1,8 @@
 """Accuracy checks a version must pass before it is registered.
 
 FP32: the ONNX graph must reproduce sentence-transformers' own embeddings (an independent
-implementation of pooling and normalisation, with its own tokenizer wrapper) to 1e-4.
+implementation of pooling and normalisation, with its own tokenizer wrapper) to 1e-4, and so
+must the PyTorch artifacts stored with the version, run the way the torch backend runs them.
 INT8: the quantised graph's embeddings must point where the FP32 ones do, mean cosine
 >= 0.98 (the min is recorded too, so a single outlier sentence is visible).
 """
@@ -46,21 +47,57 @@ def onnx_embeddings(
     tokenizer = BatchTokenizer(tokenizer_file, max_length=max_length, input_names=input_names)
     batches: list[Embeddings] = []
     for start in range(0, len(sentences), batch_size):
-        (rows,) = session.run(None, tokenizer.encode(sentences[start : start + batch_size]))
+        feeds = tokenizer.feeds(tokenizer.token_ids(sentences[start : start + batch_size]))
+        (rows,) = session.run(None, feeds)
         batches.append(np.asarray(rows, dtype=np.float32))
     return np.concatenate(batches)
 
 
-def check_fp32_matches_reference(onnx_runs: Sequence[Embeddings], reference: Embeddings) -> AccuracyCheck:
-    """Worst element-wise difference over several ONNX runs (batched/padded and one-by-one)."""
+def torch_embeddings(
+    config_file: Path,
+    weights_file: Path,
+    tokenizer_file: Path,
+    *,
+    max_length: int,
+    input_names: Sequence[str],
+    sentences: Sequence[str],
+    batch_size: int,
+) -> Embeddings:
+    """Run stored PyTorch artifacts exactly the way the torch backend does, on CPU (FP32)."""
+    import torch
+
+    from workers.backends.torch_backend import load_encoder, mean_pool_normalize
+
+    model = load_encoder(config_file, weights_file, device=torch.device("cpu"), dtype=torch.float32)
+    tokenizer = BatchTokenizer(tokenizer_file, max_length=max_length, input_names=input_names)
+    batches: list[Embeddings] = []
+    with torch.inference_mode():
+        for start in range(0, len(sentences), batch_size):
+            feeds = tokenizer.feeds(tokenizer.token_ids(sentences[start : start + batch_size]))
+            tensors = {name: torch.from_numpy(array) for name, array in feeds.items()}
+            hidden = model(**tensors).last_hidden_state
+            batches.append(mean_pool_normalize(hidden, tensors["attention_mask"]).numpy().astype(np.float32))
+    return np.concatenate(batches)
+
+
+def check_fp32_matches_reference(
+    onnx_runs: Sequence[Embeddings], reference: Embeddings, torch_run: Embeddings | None = None
+) -> AccuracyCheck:
+    """Worst element-wise difference over several ONNX runs (batched/padded and one-by-one)
+    and, when the version stores PyTorch artifacts, their run too."""
     differences = [float(np.max(np.abs(run - reference))) for run in onnx_runs]
+    figures = {"sentences": float(len(reference)), "max_abs_diff_batched": differences[0]}
+    if torch_run is not None:
+        figures["max_abs_diff_torch_artifacts"] = float(np.max(np.abs(torch_run - reference)))
+        figures["min_cosine_torch_vs_onnx"] = float(_row_cosines(torch_run, onnx_runs[0]).min())
+        differences.append(figures["max_abs_diff_torch_artifacts"])
     return AccuracyCheck.evaluate(
         name="fp32-onnx-vs-pytorch",
         metric="max_abs_diff",
         value=max(differences),
         threshold=FP32_MAX_ABS_DIFF,
         comparison="<=",
-        figures={"sentences": float(len(reference)), "max_abs_diff_batched": differences[0]},
+        figures=figures,
     )
 
 

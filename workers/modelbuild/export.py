@@ -1,7 +1,9 @@
 """PyTorch side of the build: load MiniLM from the package and export the FP32 ONNX graph.
 
-Only this module (and `checks.reference_embeddings`) imports torch, and only when a build
-actually has to run, so a run that finds everything already built stays fast.
+Only this module (and the torch parts of `checks`) imports torch, and only when a build
+actually has to run, so a run that finds everything already built stays fast. The pooling
+head is `workers.backends.torch_backend.mean_pool_normalize`, the very function the torch
+backend serves with, so the graph and the torch backend cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import onnx
 import torch
 import transformers
 from transformers import AutoModel, PreTrainedModel
+
+from workers.backends.torch_backend import mean_pool_normalize
 
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask")
@@ -33,10 +37,7 @@ class MeanPooledEmbedder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        summed = (hidden * mask).sum(dim=1)
-        counts = mask.sum(dim=1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
+        return mean_pool_normalize(hidden, attention_mask)
 
 
 def load_encoder(model_dir: Path) -> PreTrainedModel:

@@ -46,3 +46,15 @@ CHECK_SENTENCES: tuple[str, ...] = (
     # Longer than any max_length we use: exercises truncation.
     " ".join(["Long inputs are truncated to the maximum sequence length of the model."] * 30),
 )
+
+# What backends are compared on (torch vs ONNX Runtime, CUDA FP16 vs CPU FP32): the check set
+# plus a lone letter, digits only, and long non-English text that is truncated.
+SERVING_SENTENCES: tuple[str, ...] = (
+    *CHECK_SENTENCES,
+    "a",
+    "42",
+    "0000 1111 2222 3333 4444 5555 6666 7777 8888 9999",
+    "Wie spät ist es? Es ist halb neun, und der Bus nach Köln fährt gleich.",
+    " ".join(["Ceci est une très longue phrase française qui sera tronquée par le tokeniseur."] * 20),
+    "北京欢迎你 " * 40,
+)

