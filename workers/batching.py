@@ -5,13 +5,15 @@ partitions and how old the oldest record is, it says "go now" or "wait up to t m
 `BatchCollector` feeds it from an aiokafka consumer. The backlog is highwater minus position
 per partition, both known locally from fetch responses: no broker round trip per batch.
 
-- adaptive: a full batch goes at once; while more records are visibly waiting it keeps
-  fetching, but it never waits for records that are not there. Light traffic goes out in
-  small batches at batch-1 latency; under load, the batches fill from the backlog.
+- adaptive: a full batch goes at once; while the model is still busy with the previous batch
+  (sending now would only queue behind it) it keeps collecting; while more records are
+  visibly waiting it fetches them, up to the delay; otherwise it never waits for records that
+  are not there. Light traffic goes out at once at batch-1 latency; under load the batches
+  fill while the model works.
 - fixed: the classic rule, wait until the batch is full or the oldest record has waited
   max_queue_delay.
-Either way no record waits longer than max_queue_delay counted from its Kafka timestamp, so
-time already spent in the topic counts.
+With the model free, no record waits longer than max_queue_delay counted from its Kafka
+timestamp, so time already spent in the topic counts.
 """
 
 import time
@@ -25,11 +27,15 @@ from workers.settings import BatchPolicyName
 IDLE_POLL_MS = 200
 
 
+BUSY_POLL_MS = 2.0
+
+
 @dataclass(frozen=True)
 class BatchView:
     in_hand: int
     backlog: int
     oldest_age_ms: float
+    model_busy: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,17 @@ class BatchPolicy:
             return Decision(dispatch=False, wait_ms=IDLE_POLL_MS)
         if view.in_hand >= self.max_batch_size or view.in_hand in self.preferred:
             return Decision(dispatch=True)
+        adaptive = self.policy is BatchPolicyName.adaptive
+        if adaptive and view.model_busy:
+            # Sent now, the batch would only queue behind the one running; it leaves the
+            # moment the model is free, bigger and no later.
+            return Decision(dispatch=False, wait_ms=BUSY_POLL_MS)
         left_ms = self.max_queue_delay_ms - view.oldest_age_ms
         if left_ms <= 0:
             return Decision(dispatch=True)
-        if self.policy is BatchPolicyName.adaptive and view.backlog <= 0:
-            return Decision(dispatch=True)  # nothing visible to wait for
-        return Decision(dispatch=False, wait_ms=left_ms)
+        if not adaptive or view.backlog > 0:
+            return Decision(dispatch=False, wait_ms=left_ms)
+        return Decision(dispatch=True)  # nothing visible to wait for, and the model is free
 
 
 @dataclass
@@ -71,10 +82,11 @@ class BatchCollector:
     """Pulls records from a consumer until the policy says the batch should go."""
 
     def __init__(self, consumer: AIOKafkaConsumer, policy: BatchPolicy, *,
-                 stopping: Callable[[], bool] = lambda: False) -> None:
+                 stopping: Callable[[], bool] = lambda: False, model_busy: Callable[[], bool] = lambda: False) -> None:
         self._consumer = consumer
         self._policy = policy
         self._stopping = stopping
+        self._model_busy = model_busy
         self.last_backlog: dict[TopicPartition, int] = {}
 
     async def backlog(self) -> int:
@@ -94,7 +106,8 @@ class BatchCollector:
         while True:
             oldest = min((record.timestamp for record in batch), default=None)
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
-            view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms)
+            view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
+                             model_busy=self._model_busy())
             decision = self._policy.decide(view)
             if decision.dispatch or (batch and self._stopping()):
                 return fetched_batch

@@ -24,6 +24,9 @@ from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consum
                            requests_topic)
 from schemas.wire import now_ms
 from workers.backends.base import Backend
+from workers.backends.onnx import DeviceUnavailable
+from workers.faults import FaultInjector
+from workers.heartbeat import BeatFields, Heartbeat
 from workers.batch_cap import BatchSizeCap
 from workers.batching import BatchCollector, BatchPolicy
 from workers.delivery import Outcome, ResultSink
@@ -31,6 +34,7 @@ from workers.metrics import WorkerMetrics
 from workers.settings import Role, WorkerSettings
 from workers.stages import Computed, Prepared, compute, prepare
 from workers.redaction import Redactor
+from workers.supervision import Supervisor
 from workers.tracing import DebugTracer
 from workers.triage import Provenance
 
@@ -38,16 +42,9 @@ log = logging.getLogger(__name__)
 
 
 def load_backend(settings: WorkerSettings) -> Backend:
-    from workers.backends.onnx import OnnxEmbeddingBackend
-    from workers.registry import ModelRegistry
+    from workers.backends.loader import load_backend_for
 
-    registry = ModelRegistry(settings.registry_dir)
-    manifest = registry.resolve(settings.model, settings.model_version, settings.precision)
-    return OnnxEmbeddingBackend.load(registry, manifest, device=settings.device,
-                                     intra_op_threads=settings.intra_op_threads,
-                                     max_input_tokens=settings.max_input_tokens,
-                                     length_bucket_size=settings.length_bucket_size,
-                                     graph_optimization=settings.graph_optimization, warmup=settings.warmup)
+    return load_backend_for(settings)
 
 
 class Worker:
@@ -55,7 +52,7 @@ class Worker:
                  producer: AIOKafkaProducer | None = None, metrics: WorkerMetrics | None = None) -> None:
         self.settings = settings
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.topic = requests_topic(settings.model)
+        self.topic = fallback_topic(settings.model) if settings.role is Role.fallback else requests_topic(settings.model)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.processed = 0
         self.computed = 0
@@ -68,6 +65,9 @@ class Worker:
         self._stop_requested = asyncio.Event()
         self._started = False
         self._reported_partitions: set[TopicPartition] = set()
+        self._batches_in_model = 0  # handed to tokenise/compute and not computed yet
+        self._unavailable: str | None = None
+        self.group = consumer_group(settings.model, settings.role.value)
 
     @property
     def backend(self) -> Backend:
@@ -79,11 +79,22 @@ class Worker:
         if self._started:
             return
         self._started = True
+        faults = FaultInjector.from_settings(self.settings)
         if self._backend is None:
             started = time.perf_counter()
-            self._backend = await asyncio.to_thread(load_backend, self.settings)
-            self.metrics.model_load.labels(model=self.settings.model, version=self._backend.manifest.id,
-                                           device=self._backend.device).set(time.perf_counter() - started)
+            try:
+                loaded = await asyncio.to_thread(load_backend, self.settings)
+            except DeviceUnavailable as exc:
+                # The configured device is absent: report failed and serve nothing, never silently on CPU.
+                self._unavailable = str(exc)
+                await self._start_unavailable()
+                return
+            self.metrics.model_load.labels(model=self.settings.model, version=loaded.manifest.id,
+                                           device=loaded.device).set(time.perf_counter() - started)
+            self._backend = loaded
+        inner = self._backend
+        self._backend = faults.wrap(inner)
+        self.faults = faults
         await ensure_topics(self.settings.kafka_bootstrap, [self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC],
                             self.settings.partitions)
         if self._redis is None:
@@ -94,25 +105,9 @@ class Worker:
                                               linger_ms=1, enable_idempotence=True)
             await self._producer.start()
             self._exit.push_async_callback(self._producer.stop)
-        self._consumer = AIOKafkaConsumer(
-            self.topic, bootstrap_servers=self.settings.kafka_bootstrap,
-            group_id=consumer_group(self.settings.model, self.settings.role.value),
-            client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset="earliest",
-            max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
-            # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
-            metadata_max_age_ms=30_000,
-            session_timeout_ms=self.settings.session_timeout_ms,
-            heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
-            # Static membership: a restarted worker gets its partitions back without a rebalance.
-            group_instance_id=self.worker_id if self.settings.static_membership else None,
-        )
-        await self._consumer.start()
-        # Leaving the group last lets the partitions move only after everything is delivered.
-        self._exit.push_async_callback(self._consumer.stop)
         self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
         self._batch_cap = BatchSizeCap(self.settings.max_batch_size)
-        self._collector = BatchCollector(self._consumer, self._policy, stopping=self._stop_requested.is_set)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self.tracer = DebugTracer(self._redis, self._producer, self.settings.model,
                                   Redactor.with_defaults(self.settings.redact_patterns))
@@ -123,13 +118,57 @@ class Worker:
                             device=self.backend.device)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
                                                    device=self.backend.device, worker=self.worker_id)
-        self._health.set(1)
         self._exit.callback(self._health.set, 0)
+        self.supervisor = Supervisor(self.settings, self._redis, self.worker_id, self.backend.device, manifest.id,
+                                     probe=faults.wrap_probe(lambda: inner.infer(["health probe"])),
+                                     backlog=lambda: sum(self._collector_backlog().values()))
+        await self._join()
         log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, manifest.id, self.backend.device)
 
+    async def _start_unavailable(self) -> None:
+        """Heartbeat `failed` with the reason, so operators and the gateway see it; take no records."""
+        self._redis = self._redis or Redis.from_url(self.settings.redis_url)
+        self._exit.push_async_callback(self._redis.aclose)
+        heartbeat = Heartbeat(self._redis, model=self.settings.model, worker_id=self.worker_id,
+                              role=self.settings.role.value, device=self.settings.device,
+                              ttl_s=self.settings.heartbeat_ttl_s)
+        fields = BeatFields(state="failed", reason=self._unavailable or "", version="", lag=0)
+        beating = asyncio.create_task(heartbeat.run(self.settings.heartbeat_interval_s, lambda: fields))
+
+        async def stop_beating() -> None:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
+            await heartbeat.remove()
+
+        self._exit.push_async_callback(stop_beating)
+        log.error("worker %s failed at start: %s", self.worker_id, self._unavailable)
+
+    async def _join(self) -> None:
+        """Become a member of the consumer group and start taking records."""
+        self._consumer = AIOKafkaConsumer(
+            self.topic, bootstrap_servers=self.settings.kafka_bootstrap, group_id=self.group,
+            client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset="earliest",
+            max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
+            # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
+            metadata_max_age_ms=30_000,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
+            # Static membership: a restarted worker gets its partitions back without a rebalance.
+            group_instance_id=self.worker_id if self.settings.static_membership else None,
+        )
+        await self._consumer.start()
+        self._collector = BatchCollector(self._consumer, self._policy, stopping=self._leaving,
+                                         model_busy=lambda: self._batches_in_model > 0)
+
+    async def _leave(self) -> None:
+        """Leave the group after everything taken is delivered and committed, so partitions move cleanly."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+
     async def stop(self) -> None:
+        await self._leave()
         await self._exit.aclose()
-        self._consumer = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -147,18 +186,55 @@ class Worker:
         self._stop_requested.set()
 
     async def run(self, *, burst: bool = False) -> int:
-        """Serve until asked to stop; with burst=True, return once the backlog is drained."""
-        consumer = self._require_consumer()
+        """Serve until asked to stop; with burst=True, return once the backlog is drained.
+
+        While the device is failed or an operator drained this worker, it hands its records
+        over, leaves the group so its partitions move to healthy members, and rejoins when it
+        may serve again.
+        """
+        if self._unavailable is not None:
+            await self._stop_requested.wait()
+            return 0
+        self.supervisor.start(probing=not burst)
+        try:
+            while not self._stop_requested.is_set():
+                if self._consumer is None:
+                    if burst:
+                        break
+                    await self.supervisor.wait_until_may_serve(self._stop_requested)
+                    if self._stop_requested.is_set():
+                        break
+                    await self._join()
+                    log.info("worker %s rejoined group %s", self.worker_id, self.group)
+                drained = await self._serve_session(self._require_consumer(), burst)
+                if drained or self._stop_requested.is_set():
+                    break
+                self.metrics.failovers.labels(**self._labels).inc()
+                log.warning("worker %s hands over and leaves group %s (%s)", self.worker_id, self.group,
+                            "drained" if self.supervisor.drained else self.supervisor.health.reason)
+                await self._leave()
+        finally:
+            await self.supervisor.stop()
+        return self.processed
+
+    def _leaving(self) -> bool:
+        return self._stop_requested.is_set() or not self.supervisor.may_serve
+
+    async def _serve_session(self, consumer: AIOKafkaConsumer, burst: bool) -> bool:
+        """One membership of the group; True when burst mode found the backlog drained."""
+        self._health.set(1)
         prepared: asyncio.Queue[Prepared | None] = asyncio.Queue(maxsize=1)
         computed: asyncio.Queue[Computed | None] = asyncio.Queue(maxsize=1)
         try:
             async with asyncio.TaskGroup() as stages:
-                stages.create_task(self._collect_stage(consumer, prepared, burst))
+                collecting = stages.create_task(self._collect_stage(consumer, prepared, burst))
                 stages.create_task(self._compute_stage(prepared, computed))
                 stages.create_task(self._deliver_stage(computed))
         except BaseExceptionGroup as group:
             raise group.exceptions[0] from group  # the first stage failure is the cause; pass it on as is
-        return self.processed
+        finally:
+            self._health.set(0)
+        return collecting.result()
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -166,23 +242,42 @@ class Worker:
         return self._consumer
 
     async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[Prepared | None]",
-                             burst: bool) -> None:
-        while not self._stop_requested.is_set():
+                             burst: bool) -> bool:
+        drained = False
+        while not self._leaving():
             batch = await self._collector.next_batch()
             self._observe_backlog()
             if batch.records:
+                self._batches_in_model += 1
                 await out.put(await asyncio.to_thread(prepare, self.backend, batch, self._who, now_ms()))
             elif burst and await self._drained(consumer):
+                drained = True
                 break
         await out.put(None)
+        return drained
 
     async def _compute_stage(self, inbox: "asyncio.Queue[Prepared | None]",
                              out: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
-            computed = await asyncio.to_thread(compute, self.backend, batch, self._who)
+            try:
+                computed = await asyncio.to_thread(compute, self.backend, batch, self._who)
+            finally:
+                self._batches_in_model -= 1
             self._adjust_batch_cap(computed)
+            self._report_health(computed)
             await out.put(computed)
         await out.put(None)
+
+    def _report_health(self, computed: Computed) -> None:
+        run = computed.run
+        if run is None:
+            return
+        if run.device_error is not None:
+            self.supervisor.health.record_error(run.device_error)
+        elif run.largest_oom:
+            self.supervisor.health.record_oom(f"batch of {run.largest_oom}")
+        else:
+            self.supervisor.health.record_success()
 
     def _adjust_batch_cap(self, computed: Computed) -> None:
         run = computed.run
@@ -247,9 +342,12 @@ class Worker:
             # records, and results keyed by request id make that harmless.
             log.warning("commit after rebalance refused (%s); %d records will be redelivered", exc, len(records))
 
+    def _collector_backlog(self) -> dict[TopicPartition, int]:
+        return self._collector.last_backlog if self._consumer is not None else {}
+
     def _observe_backlog(self) -> None:
         role = self.settings.role.value
-        owned = self._collector.last_backlog
+        owned = self._collector_backlog()
         for tp, waiting in owned.items():
             self.metrics.backlog.labels(model=self.settings.model, role=role, partition=str(tp.partition)).set(waiting)
         # A partition that moved to another worker is theirs to report; a stale value here would double count.

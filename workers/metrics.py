@@ -61,6 +61,8 @@ class WorkerMetrics:
                                          labels, registry=reg)
         self.forwarded = Counter(f"{PREFIX}_forwarded_to_fallback", "Requests handed to the CPU fallback topic "
                                  "because this worker's device failed", labels, registry=reg)
+        self.failovers = Counter(f"{PREFIX}_failovers", "Times this worker handed its partitions over (device "
+                                 "failed or drained)", labels, registry=reg)
         reg.register(GpuCollector())
 
 

@@ -45,3 +45,12 @@ def test_preferred_sizes_go_at_once() -> None:
     assert policy.decide(BatchView(in_hand=16, backlog=100, oldest_age_ms=0)).dispatch
     assert not policy.decide(BatchView(in_hand=12, backlog=100, oldest_age_ms=0)).dispatch
     assert policy.preferred == {8, 16}  # sizes over the cap are ignored
+
+
+def test_adaptive_keeps_collecting_while_the_model_is_busy() -> None:
+    busy = ADAPTIVE.decide(BatchView(in_hand=5, backlog=0, oldest_age_ms=3, model_busy=True))
+    assert not busy.dispatch and 0 < busy.wait_ms <= 17
+    assert ADAPTIVE.decide(BatchView(in_hand=5, backlog=0, oldest_age_ms=3, model_busy=False)).dispatch
+    # Past the delay it still waits for a busy model: dispatching would only queue behind it.
+    assert not ADAPTIVE.decide(BatchView(in_hand=5, backlog=0, oldest_age_ms=25, model_busy=True)).dispatch
+    assert ADAPTIVE.decide(BatchView(in_hand=32, backlog=0, oldest_age_ms=1, model_busy=True)).dispatch
