@@ -4,6 +4,10 @@
     fleet build-models [--force]    build and register the model versions
     fleet topics [MODEL ...]        create the request, DLQ and results topics
     fleet demo                      gateway + two workers + a few hundred requests
+    fleet bench [--quick]           batching benchmark through the whole fleet
+    fleet lag | scale | consistency operate consumer groups, check served answers
+    fleet workers | drain | undrain live workers and taking one out of service
+    fleet debug on|off|status|tail  redacted per-request traces for a bounded time
 """
 
 import argparse
@@ -23,6 +27,10 @@ DELEGATES = {
     "lag": ("fleet.lag", "consumer-group lag per partition and the estimated time to drain it"),
     "scale": ("fleet.scale", "start or stop local worker processes of a model (--workers N, --status)"),
     "consistency": ("fleet.consistency", "check served embeddings against an offline recomputation"),
+    "debug": ("fleet.debug", "switch redacted per-request traces on for a while; tail them"),
+    "workers": ("fleet.workers_cli", "live workers: role, device, health, lag, version, heartbeat age"),
+    "drain": ("fleet.workers_cli:drain_main", "take a worker out of service until undrained"),
+    "undrain": ("fleet.workers_cli:undrain_main", "let a drained worker take work again"),
 }
 
 
@@ -46,8 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     topics.add_argument("--partitions", type=int, default=4)
     args, rest = parser.parse_known_args(argv)
     if args.command in DELEGATES:
-        module = importlib.import_module(DELEGATES[args.command][0])
-        result = module.main(rest)
+        target, _, function = DELEGATES[args.command][0].partition(":")
+        result = getattr(importlib.import_module(target), function or "main")(rest)
         raise SystemExit(result if isinstance(result, int) else 0)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
 from gateway.limits import BodyLimit
 from gateway.settings import GatewaySettings
-from schemas.wire import ReplyTo, RequestId
+from schemas.wire import ReplyTo, RequestId, Result, Status
 
 READY_TIMEOUT_S = 2.0
 
@@ -49,10 +49,19 @@ class GatewayMetrics:
         self.latency = Histogram("fleet_gateway_infer_seconds", "Sync infer, receive to response", ["model"],
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
                                  registry=self.registry)
+        self.rule_answers = Counter("fleet_gateway_rule_answers", "Degraded answers from the rule-based fallback "
+                                    "because no worker was alive", ["model"], registry=self.registry)
         self.stage = Histogram("fleet_gateway_stage_seconds", "Sync infer stages seen by the gateway: produce "
                                "(publish until Kafka acks), end_to_end (publish until the reply)", ["model", "stage"],
                                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
                                registry=self.registry)
+
+
+def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms: float) -> dict[str, Any]:
+    """The configured safe answer, marked degraded and computed by 'rules' (seed §3.4)."""
+    result = Result(id=request_id, model=model, version="rules", status=Status.degraded, outputs=outputs,
+                    device="rules", worker="gateway", timings={"gateway_ms": elapsed_ms})
+    return result.model_dump(mode="json")
 
 
 def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> FastAPI:
@@ -92,9 +101,16 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     async def infer(model: str, body: InferBody) -> Any:
         options = checked(model, body)
         started = time.perf_counter()
+        rule = settings.rule_fallbacks.get(model) if settings.rule_fallback_enabled else None
+        timeout = timeout_of(body)
         try:
-            result = await fleet.infer(model, body.text, timeout=timeout_of(body), options=options)
+            # With a rule to fall back on, stop waiting a little before the deadline to use it.
+            wait = timeout * (1 - settings.rule_fallback_margin) if rule is not None else timeout
+            result = await fleet.infer(model, body.text, timeout=wait, options=options)
         except InferenceTimeout as exc:
+            if rule is not None and (await fleet.router.route(model, fresh=True)).workers_alive == 0:
+                metrics.rule_answers.labels(model=model).inc()
+                return rule_answer(exc.request_id, model, rule, (time.perf_counter() - started) * 1000)
             return JSONResponse({"detail": str(exc), "id": exc.request_id}, status_code=504)
         elapsed = time.perf_counter() - started
         metrics.latency.labels(model=model).observe(elapsed)

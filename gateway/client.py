@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from fleet.topics import ensure_topics, partitions_of
 from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
-from schemas.names import requests_topic, result_key
+from gateway.routing import Router
+from schemas.names import result_key
 from schemas.wire import ReplyTo, Request, Result, new_request_id, now_ms
 
 
@@ -69,6 +70,7 @@ class FleetClient:
                                               linger_ms=2, enable_idempotence=True)
             await self._producer.start()
             self._exit.push_async_callback(self._producer.stop)
+        self.router = Router(self._redis)
         self._waiter = ReplyWaiter(self._redis)
         self._waiter.start()
         self._exit.push_async_callback(self._waiter.stop)
@@ -111,12 +113,17 @@ class FleetClient:
                        params=options.params, reply=reply, deadline_ms=deadline, priority=options.priority,
                        submitted_ms=submitted, debug=options.debug, tenant=options.tenant)
 
-    async def publish(self, request: Request) -> None:
-        """Produce a request and wait for Kafka to acknowledge it (acks=all)."""
-        topic = requests_topic(request.model)
+    async def topic_for(self, model: str) -> str:
+        """The primary topic, or the CPU fallback topic while no healthy primary is left."""
+        topic = (await self.router.route(model)).topic
         if topic not in self._known_topics:
             await ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions)
             self._known_topics.add(topic)
+        return topic
+
+    async def publish(self, request: Request) -> None:
+        """Produce a request and wait for Kafka to acknowledge it (acks=all)."""
+        topic = await self.topic_for(request.model)
         await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
 
     async def infer(self, model: str, text: str, *, timeout: float | None = None,
@@ -179,9 +186,8 @@ class FleetClient:
     async def _publish_many(self, requests: list[Request]) -> None:
         if not requests:
             return
-        await self.publish(requests[0])  # creates the topic if needed
-        topic = requests_topic(requests[0].model)
-        futures = [await self.producer.send(topic, r.encode(), key=r.id.encode()) for r in requests[1:]]
+        topic = await self.topic_for(requests[0].model)
+        futures = [await self.producer.send(topic, r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
 
 

@@ -1,5 +1,7 @@
 """Settings of the gateway process and of the Python client for services."""
 
+from typing import Any
+
 from pydantic import Field
 
 from fleet.config import FleetSettings
@@ -17,3 +19,9 @@ class GatewaySettings(ClientSettings):
     models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are 413")
     max_text_chars: int = Field(8192, ge=1, description="Longer texts are 422")
+    rule_fallbacks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per model, a safe answer "
+                                                      "(outputs) given when no worker of any kind is alive and the "
+                                                      "deadline is near, marked degraded")
+    rule_fallback_enabled: bool = Field(True, description="Switch the rule-based answers off without removing them")
+    rule_fallback_margin: float = Field(0.1, gt=0, lt=1, description="Answer from the rule when this fraction of "
+                                        "the deadline is left and nothing is alive")

@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from fleet.topics import ensure_topics
 from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,
                            requests_topic)
-from schemas.wire import now_ms
+from schemas.wire import Status, now_ms
 from workers.backends.base import Backend
 from workers.backends.onnx import DeviceUnavailable
 from workers.faults import FaultInjector
@@ -49,10 +49,14 @@ def load_backend(settings: WorkerSettings) -> Backend:
 
 class Worker:
     def __init__(self, settings: WorkerSettings, *, backend: Backend | None = None, redis: Redis | None = None,
-                 producer: AIOKafkaProducer | None = None, metrics: WorkerMetrics | None = None) -> None:
+                 producer: AIOKafkaProducer | None = None, metrics: WorkerMetrics | None = None,
+                 takeover: bool = False) -> None:
+        """`takeover=True` makes a fallback worker serve the primary topic in the primary group,
+        for when no healthy primary is left (see workers/takeover.py)."""
         self.settings = settings
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.topic = fallback_topic(settings.model) if settings.role is Role.fallback else requests_topic(settings.model)
+        on_fallback_topic = settings.role is Role.fallback and not takeover
+        self.topic = fallback_topic(settings.model) if on_fallback_topic else requests_topic(settings.model)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.processed = 0
         self.computed = 0
@@ -67,13 +71,30 @@ class Worker:
         self._reported_partitions: set[TopicPartition] = set()
         self._batches_in_model = 0  # handed to tokenise/compute and not computed yet
         self._unavailable: str | None = None
-        self.group = consumer_group(settings.model, settings.role.value)
+        self.group = consumer_group(settings.model, "primary" if takeover else settings.role.value)
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
             raise RuntimeError("worker not started")
         return self._backend
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the worker could not load its model on its device, or None."""
+        return self._unavailable
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise RuntimeError("worker not started")
+        return self._redis
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("worker not started")
+        return self._producer
 
     async def start(self) -> None:
         if self._started:
@@ -107,13 +128,14 @@ class Worker:
             self._exit.push_async_callback(self._producer.stop)
         self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
-        self._batch_cap = BatchSizeCap(self.settings.max_batch_size)
+        self.batch_cap = BatchSizeCap(self.settings.max_batch_size, clean_period_s=self.settings.oom_clean_period_s)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self.tracer = DebugTracer(self._redis, self._producer, self.settings.model,
                                   Redactor.with_defaults(self.settings.redact_patterns))
         manifest = self.backend.manifest
+        served = Status.degraded if self.settings.role is Role.fallback else Status.ok
         self._who = Provenance(model=self.settings.model, version=manifest.id, device=self.backend.device,
-                               worker=self.worker_id)
+                               worker=self.worker_id, served_status=served)
         self._labels = dict(model=self.settings.model, version=manifest.id, role=self.settings.role.value,
                             device=self.backend.device)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
@@ -284,14 +306,14 @@ class Worker:
         if run is None:
             return
         if run.largest_oom:
-            self._batch_cap.on_oom(run.largest_oom)
+            self.batch_cap.on_oom(run.largest_oom)
             self.metrics.oom_splits.labels(**self._labels).inc(run.oom_splits)
             log.warning("out of memory on a batch of %d; effective max batch now %d", run.largest_oom,
-                        self._batch_cap.current)
+                        self.batch_cap.current)
         elif run.clean:
-            self._batch_cap.on_clean_batch()
-        self._policy.max_batch_size = self._batch_cap.current
-        self.metrics.effective_max_batch.labels(**self._labels).set(self._batch_cap.current)
+            self.batch_cap.on_clean_batch()
+        self._policy.max_batch_size = self.batch_cap.current
+        self.metrics.effective_max_batch.labels(**self._labels).set(self.batch_cap.current)
 
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:

@@ -9,7 +9,8 @@ from prometheus_client import start_http_server
 
 from fleet.logs import configure_logging
 from workers.consumer import Worker
-from workers.settings import WorkerSettings
+from workers.settings import Role, WorkerSettings
+from workers.takeover import PrimaryTakeover
 
 
 async def serve(settings: WorkerSettings, *, burst: bool) -> int:
@@ -19,8 +20,18 @@ async def serve(settings: WorkerSettings, *, burst: bool) -> int:
             loop.add_signal_handler(sig, worker.request_stop)
         if settings.metrics_port is not None:
             start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
+        if worker.unavailable is not None:
+            print(f"worker {worker.worker_id} failed at start: {worker.unavailable}", flush=True)
+            return await worker.run()
         print(f"worker {worker.worker_id} ready: model {settings.model} version {worker.backend.manifest.id}", flush=True)
-        return await worker.run(burst=burst)
+        if settings.role is not Role.fallback or burst:
+            return await worker.run(burst=burst)
+        takeover = asyncio.create_task(PrimaryTakeover(worker, grace_s=settings.takeover_after_s).watch())
+        try:
+            return await worker.run()
+        finally:
+            takeover.cancel()
+            await asyncio.gather(takeover, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,6 +48,10 @@ class WorkerSettings(FleetSettings):
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the worker creates it")
     static_membership: bool = Field(False, description="Join with group.instance.id = worker id, so a restart "
                                     "within the session timeout keeps its partitions without a rebalance")
+    oom_clean_period_s: float = Field(30.0, gt=0, description="After an out-of-memory, the effective max batch "
+                                      "grows back one step per this many seconds without another")
+    takeover_after_s: float = Field(3.0, ge=0, description="Fallback workers serve the primary topic once no "
+                                    "healthy primary has heartbeated for this long (plus the heartbeat TTL)")
     environment: str = Field("development", description="development | staging | production; production "
                              "refuses every fault-injection setting")
     fault_injection: bool = Field(False, description="Master switch for the fault_* settings (tests and drills)")

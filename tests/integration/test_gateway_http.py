@@ -1,4 +1,5 @@
 import asyncio
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from tests.integration.conftest import MODEL, Process
 from workers.backends.base import Backend
 
 IDLE_MODEL = "idle-model"  # accepted by the gateway, served by no worker: its requests time out
+RULE_MODEL = "rules-model"  # served by no worker, with a rule-based safe answer configured
+SAFE_ANSWER = {"label": "handoff_to_human", "confidence": 0.0}
 
 
 def free_port() -> int:
@@ -23,8 +26,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    env = {"FLEET_PORT": str(port), "FLEET_MODELS": f'["{MODEL}", "{IDLE_MODEL}"]', "FLEET_MAX_BODY_BYTES": "4096",
-           "FLEET_MAX_TEXT_CHARS": "1000"}
+    env = {"FLEET_PORT": str(port), "FLEET_MODELS": json.dumps([MODEL, IDLE_MODEL, RULE_MODEL]),
+           "FLEET_MAX_BODY_BYTES": "4096", "FLEET_MAX_TEXT_CHARS": "1000",
+           "FLEET_RULE_FALLBACKS": json.dumps({RULE_MODEL: SAFE_ANSWER})}
     process = Process(["-m", "gateway.main"], env, "", tmp_path_factory.mktemp("gw") / "gateway.log")
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
@@ -115,3 +119,16 @@ async def test_result_carries_every_stage_from_gateway_to_model(gateway_url: str
     assert stages <= set(timings)
     assert timings["gateway_ms"] >= timings["end_to_end_ms"] >= timings["inference_ms"] > 0
     assert 'fleet_gateway_stage_seconds_count{model="minilm-embed",stage="produce"}' in metrics
+
+
+def test_rule_based_fallback_answers_when_nothing_is_alive(gateway_url: str) -> None:
+    started = time.perf_counter()
+    response = httpx.post(f"{gateway_url}/v1/models/{RULE_MODEL}/infer", json={"text": "help", "timeout_ms": 1000},
+                          timeout=10)
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "degraded" and body["outputs"] == SAFE_ANSWER and body["device"] == "rules"
+    assert elapsed < 1.0, "the safe answer comes before the deadline, not after it"
+    metrics = httpx.get(f"{gateway_url}/metrics").text
+    assert f'fleet_gateway_rule_answers_total{{model="{RULE_MODEL}"}} 1.0' in metrics

@@ -1,0 +1,60 @@
+"""Where a new request goes: the primary topic, or straight to the CPU fallback topic when no
+healthy primary worker of the model is left but a fallback worker is alive.
+
+Decisions come from the workers' heartbeats in Redis and are cached for a second, so routing
+costs one SCAN per model per second, not one per request.
+"""
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from schemas.names import fallback_topic, requests_topic
+from workers.heartbeat import WorkerInfo, list_workers
+
+CACHE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Route:
+    topic: str
+    degraded: bool
+    workers_alive: int
+
+
+def choose(model: str, workers: list[WorkerInfo]) -> Route:
+    alive = [w for w in workers if w.state != "failed"]
+    if any(w.serving_primary for w in workers):
+        return Route(requests_topic(model), degraded=False, workers_alive=len(alive))
+    if any(w.role == "fallback" and w.state != "failed" and not w.drained for w in workers):
+        return Route(fallback_topic(model), degraded=True, workers_alive=len(alive))
+    # Nobody serves yet: keep to the primary topic, where the next primary (or a fallback
+    # taking it over) will find the request.
+    return Route(requests_topic(model), degraded=False, workers_alive=len(alive))
+
+
+class Router:
+    def __init__(self, redis: Redis, *, cache_s: float = CACHE_S) -> None:
+        self._redis = redis
+        self._cache_s = cache_s
+        self._routes: dict[str, tuple[Route, float]] = {}
+        self._lookups: dict[str, asyncio.Task[Route]] = {}
+
+    async def route(self, model: str, *, fresh: bool = False) -> Route:
+        cached = self._routes.get(model)
+        if cached is not None and not fresh and time.monotonic() - cached[1] < self._cache_s:
+            return cached[0]
+        # Thousands of concurrent requests share one lookup instead of one Redis SCAN each.
+        lookup = self._lookups.get(model)
+        if lookup is None:
+            lookup = asyncio.create_task(self._look_up(model))
+            self._lookups[model] = lookup
+            lookup.add_done_callback(lambda _: self._lookups.pop(model, None))
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, model: str) -> Route:
+        route = choose(model, await list_workers(self._redis, model))
+        self._routes[model] = (route, time.monotonic())
+        return route
