@@ -26,12 +26,13 @@ from schemas.wire import Status, now_ms
 from workers.backends.base import Backend
 from workers.backends.onnx import DeviceUnavailable
 from workers.faults import FaultInjector
+from workers.health import HealthState
 from workers.heartbeat import BeatFields, Heartbeat
 from workers.batch_cap import BatchSizeCap
 from workers.batching import BatchCollector, BatchPolicy
 from workers.delivery import Outcome, ResultSink
 from workers.metrics import WorkerMetrics
-from workers.settings import Role, WorkerSettings
+from workers.settings import OverlongInputs, Role, WorkerSettings
 from workers.stages import Computed, Prepared, compute, prepare
 from workers.redaction import Redactor
 from workers.supervision import Supervisor
@@ -71,6 +72,7 @@ class Worker:
         self._reported_partitions: set[TopicPartition] = set()
         self._batches_in_model = 0  # handed to tokenise/compute and not computed yet
         self._unavailable: str | None = None
+        self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
         self.group = consumer_group(settings.model, "primary" if takeover else settings.role.value)
 
     @property
@@ -144,6 +146,8 @@ class Worker:
         self.supervisor = Supervisor(self.settings, self._redis, self.worker_id, self.backend.device, manifest.id,
                                      probe=faults.wrap_probe(lambda: inner.infer(["health probe"])),
                                      backlog=lambda: sum(self._collector_backlog().values()))
+        self.supervisor.health.add_listener(self._export_health)
+        self._export_health(self.supervisor.health.state, self.supervisor.health.state, "start")
         await self._join()
         log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, manifest.id, self.backend.device)
 
@@ -271,7 +275,8 @@ class Worker:
             self._observe_backlog()
             if batch.records:
                 self._batches_in_model += 1
-                await out.put(await asyncio.to_thread(prepare, self.backend, batch, self._who, now_ms()))
+                await out.put(await asyncio.to_thread(prepare, self.backend, batch, self._who, now_ms(),
+                                                      reject_overlong=self._reject_overlong))
             elif burst and await self._drained(consumer):
                 drained = True
                 break
@@ -289,6 +294,12 @@ class Worker:
             self._report_health(computed)
             await out.put(computed)
         await out.put(None)
+
+    def _export_health(self, _old: HealthState, new: HealthState, _reason: str) -> None:
+        for state in HealthState:
+            self.metrics.health_state.labels(model=self.settings.model, role=self.settings.role.value,
+                                             device=self.backend.device, worker=self.worker_id,
+                                             state=state.value).set(1 if state is new else 0)
 
     def _report_health(self, computed: Computed) -> None:
         run = computed.run
@@ -381,28 +392,4 @@ class Worker:
         self.processed += len(batch.records)
         self.computed += batch.computed
         self.expired += batch.expired
-        labels = self._labels
-        if batch.computed:
-            self.metrics.batch_size.labels(**labels).observe(batch.computed)
-            self.metrics.inference.labels(**labels).observe(batch.inference_ms / 1000)
-            for queue_ms in batch.stage_ms["queue"]:
-                self.metrics.queue_wait.labels(**labels).observe(queue_ms / 1000)
-            for stage in ("topic", "batch_wait"):
-                for ms in batch.stage_ms[stage]:
-                    self.metrics.stage.labels(**labels, stage=stage).observe(ms / 1000)
-            self.metrics.stage.labels(**labels, stage="inference").observe(batch.inference_ms / 1000)
-        for tokens in batch.input_tokens:
-            self.metrics.input_tokens.labels(**labels).observe(tokens)
-        if batch.padding_efficiency is not None:
-            self.metrics.padding_efficiency.labels(**labels).observe(batch.padding_efficiency)
-        if batch.expired:
-            self.metrics.expired.labels(**labels).inc(batch.expired)
-        delivered_ms = now_ms()
-        for outcome in batch.outcomes:
-            result = outcome.result
-            self.metrics.results.labels(**labels, status=result.status.value, cache=result.cache.value).inc()
-            if outcome.request is not None:
-                latency_s = max(delivered_ms - outcome.request.submitted_ms, 0) / 1000
-                self.metrics.end_to_end.labels(**labels).observe(latency_s)
-        for letter in batch.dead_letters:
-            self.metrics.dead_letters.labels(model=self.settings.model, reason=letter.code).inc()
+        self.metrics.observe_batch(self._labels, batch)

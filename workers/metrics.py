@@ -6,10 +6,16 @@ test checks that every name they use is defined here (or in gateway/app.py).
 """
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from schemas.wire import now_ms
+
+if TYPE_CHECKING:
+    from workers.stages import Computed
 
 PREFIX = "fleet"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -61,9 +67,39 @@ class WorkerMetrics:
                                          labels, registry=reg)
         self.forwarded = Counter(f"{PREFIX}_forwarded_to_fallback", "Requests handed to the CPU fallback topic "
                                  "because this worker's device failed", labels, registry=reg)
+        self.health_state = Gauge(f"{PREFIX}_worker_health_state", "1 for the worker's current health state "
+                                  "(healthy | degraded | failed), 0 for the others",
+                                  ["model", "role", "device", "worker", "state"], registry=reg)
         self.failovers = Counter(f"{PREFIX}_failovers", "Times this worker handed its partitions over (device "
                                  "failed or drained)", labels, registry=reg)
         reg.register(GpuCollector())
+
+
+    def observe_batch(self, labels: dict[str, str], batch: "Computed") -> None:
+        """Everything one delivered micro-batch says about latency, sizes and outcomes."""
+        if batch.computed:
+            self.batch_size.labels(**labels).observe(batch.computed)
+            self.inference.labels(**labels).observe(batch.inference_ms / 1000)
+            for queue_ms in batch.stage_ms["queue"]:
+                self.queue_wait.labels(**labels).observe(queue_ms / 1000)
+            for stage in ("topic", "batch_wait"):
+                for ms in batch.stage_ms[stage]:
+                    self.stage.labels(**labels, stage=stage).observe(ms / 1000)
+            self.stage.labels(**labels, stage="inference").observe(batch.inference_ms / 1000)
+        for tokens in batch.input_tokens:
+            self.input_tokens.labels(**labels).observe(tokens)
+        if batch.padding_efficiency is not None:
+            self.padding_efficiency.labels(**labels).observe(batch.padding_efficiency)
+        if batch.expired:
+            self.expired.labels(**labels).inc(batch.expired)
+        delivered_ms = now_ms()
+        for outcome in batch.outcomes:
+            result = outcome.result
+            self.results.labels(**labels, status=result.status.value, cache=result.cache.value).inc()
+            if outcome.request is not None:
+                self.end_to_end.labels(**labels).observe(max(delivered_ms - outcome.request.submitted_ms, 0) / 1000)
+        for letter in batch.dead_letters:
+            self.dead_letters.labels(model=labels["model"], reason=letter.code).inc()
 
 
 class GpuCollector(Collector):

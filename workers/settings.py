@@ -13,6 +13,11 @@ class Role(StrEnum):
     shadow = "shadow"
 
 
+class OverlongInputs(StrEnum):
+    truncate = "truncate"
+    reject = "reject"
+
+
 class BatchPolicyName(StrEnum):
     adaptive = "adaptive"
     fixed = "fixed"
@@ -39,7 +44,11 @@ class WorkerSettings(FleetSettings):
     intra_op_threads: int = Field(0, ge=0, description="Intra-op threads of ONNX Runtime or torch; 0 lets the runtime decide")
     graph_optimization: str = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
     warmup: bool = Field(True, description="Run the common shapes once at load so the first batches are not slow")
-    max_input_tokens: int = Field(256, ge=8, description="Inputs are truncated to this many tokens")
+    max_input_tokens: int = Field(256, ge=8, description="Longest input in tokens (also capped by the model)")
+    overlong_inputs: OverlongInputs = Field(OverlongInputs.truncate, description="truncate: cut inputs at "
+                                            "max_input_tokens; reject: answer them with error input_too_long")
+    device_memory_headroom: float = Field(0.15, ge=0, lt=1, description="Fraction of device memory kept free "
+                                          "(seed §4.3: 10-20%); CUDA only")
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")
     redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "

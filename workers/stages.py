@@ -48,7 +48,8 @@ class Computed:
     stage_ms: dict[str, list[float]] = field(default_factory=dict)  # per request: queue, topic, batch_wait
 
 
-def prepare(backend: Backend, batch: FetchedBatch, who: Provenance, start_ms: int) -> Prepared:
+def prepare(backend: Backend, batch: FetchedBatch, who: Provenance, start_ms: int, *,
+            reject_overlong: bool = False) -> Prepared:
     records = batch.records
     triaged = triage(records, who, start_ms)
     # Close deadlines first: when the batch is cut into sub-batches, urgent rows lead ties.
@@ -59,10 +60,25 @@ def prepare(backend: Backend, batch: FetchedBatch, who: Provenance, start_ms: in
         started = time.perf_counter()
         try:
             prepared.encoded = backend.encode([item.text for item in triaged.ready])
+            if reject_overlong and any(prepared.encoded.truncated):
+                prepared.encoded = _reject_overlong(backend, triaged, prepared.encoded, who)
         except Exception:
             log.exception("tokenising a batch of %d failed; its rows will be retried one by one", len(triaged.ready))
         prepared.tokenize_ms = (time.perf_counter() - started) * 1000
     return prepared
+
+
+def _reject_overlong(backend: Backend, triaged: Triage, encoded: Encoded, who: Provenance) -> Encoded | None:
+    """Answer inputs longer than the limit with an error and re-encode the rest."""
+    keep = []
+    for item, cut in zip(triaged.ready, encoded.truncated, strict=True):
+        if cut:
+            message = "input is longer than the worker's max_input_tokens; shorten it or split it"
+            triaged.answered.append(Outcome(item.request, who.error(item.request.id, "input_too_long", message)))
+        else:
+            keep.append(item)
+    triaged.ready[:] = keep
+    return backend.encode([item.text for item in keep]) if keep else None
 
 
 def compute(backend: Backend, prepared: Prepared, who: Provenance) -> Computed:

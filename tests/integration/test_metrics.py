@@ -25,6 +25,8 @@ async def test_a_serving_worker_exports_batch_queue_and_inference_histograms(cli
             assert (registry.get_sample_value("fleet_stage_seconds_count", {**labels, "stage": stage}) or 0) > 0
         healthy = {"model": MODEL, "role": "primary", "device": "cpu", "worker": worker.worker_id}
         assert registry.get_sample_value("fleet_worker_healthy", healthy) == 1
+        assert registry.get_sample_value("fleet_worker_health_state", {**healthy, "state": "healthy"}) == 1
+        assert registry.get_sample_value("fleet_worker_health_state", {**healthy, "state": "failed"}) == 0
         text = generate_latest(registry).decode()
     assert f'fleet_inference_seconds_bucket{{device="cpu",le="+Inf",model="{MODEL}"' in text
     assert registry.get_sample_value("fleet_worker_healthy", healthy) == 0  # a stopped worker says so

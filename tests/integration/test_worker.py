@@ -6,9 +6,9 @@ import numpy as np
 from gateway.client import FleetClient
 from schemas.names import DLQ_TOPIC, requests_topic
 from schemas.wire import DeadLetter, ReplyTo, Status, new_request_id, now_ms
-from tests.integration.conftest import MODEL, end_offsets, read_from
+from tests.integration.conftest import MODEL, end_offsets, read_from, serving
 from workers.backends.base import Backend
-from workers.consumer import Worker
+from workers.consumer import Worker, load_backend
 from workers.settings import WorkerSettings
 
 
@@ -89,3 +89,19 @@ async def test_identical_text_gives_the_in_process_embedding(client: FleetClient
     served = np.asarray(result.outputs["embedding"], dtype=np.float32)
     local = backend.infer([text])[0]
     assert float(served @ local / (np.linalg.norm(served) * np.linalg.norm(local))) >= 0.999
+
+
+async def test_overlong_inputs_are_truncated_or_rejected_as_configured(client: FleetClient,
+                                                                       worker_settings: WorkerSettings) -> None:
+    long_text = " ".join(["word"] * 80)
+    rejecting = worker_settings.model_copy(update={"max_input_tokens": 16, "overlong_inputs": "reject"})
+    short_backend = load_backend(rejecting)  # truncation length is fixed when the tokenizer loads
+    async with serving(rejecting, short_backend):
+        rejected, short = await asyncio.gather(client.infer(MODEL, long_text, timeout=30),
+                                               client.infer(MODEL, "short enough", timeout=30))
+    assert rejected.status is Status.error and rejected.error is not None
+    assert rejected.error.code == "input_too_long"
+    assert short.status is Status.ok
+    async with serving(worker_settings.model_copy(update={"max_input_tokens": 16}), short_backend):
+        truncated = await client.infer(MODEL, long_text, timeout=30)
+    assert truncated.status is Status.ok and truncated.outputs is not None

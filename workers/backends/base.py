@@ -30,6 +30,7 @@ class Encoded:
     real_tokens: int
     padded_tokens: int
     lengths: tuple[int, ...] = ()
+    truncated: tuple[bool, ...] = ()  # per row: cut at the model's max input length
 
     @property
     def padding_efficiency(self) -> float:
@@ -38,7 +39,7 @@ class Encoded:
 
     @classmethod
     def group(cls, rows: Sequence[Sequence[int]], bucket_size: int, pad: Callable[[Sequence[Sequence[int]]], Feeds],
-              min_efficiency: float = 0.8) -> Encoded:
+              min_efficiency: float = 0.8, truncated: Sequence[bool] = ()) -> Encoded:
         """Sort rows by length and cut them into sub-batches of at most `bucket_size` rows,
         starting a new one whenever the next row would push padding efficiency below
         `min_efficiency` (bucket_size 0: one sub-batch in the given order)."""
@@ -49,7 +50,7 @@ class Encoded:
         chunks = [Chunk(rows=group, feeds=pad([rows[i] for i in group])) for group in groups]
         padded = sum(len(group) * int(lengths[group].max()) for group in groups)
         return cls(count=len(rows), chunks=chunks, real_tokens=int(lengths.sum()), padded_tokens=padded,
-                   lengths=tuple(lengths.tolist()))
+                   lengths=tuple(lengths.tolist()), truncated=tuple(truncated))
 
 
 def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficiency: float) -> list[npt.NDArray[np.intp]]:

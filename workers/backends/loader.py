@@ -25,8 +25,11 @@ def load_backend_for(settings: WorkerSettings) -> Backend:
     registry = ModelRegistry(settings.registry_dir)
     manifest = registry.resolve(settings.model, settings.model_version, settings.precision)
     if settings.backend == "torch":
+        from workers.backends.memory import reserve_torch_headroom
         from workers.backends.torch_backend import TorchEmbeddingBackend
 
+        if settings.device == "cuda":
+            reserve_torch_headroom(settings.device_memory_headroom)
         return TorchEmbeddingBackend.load(
             registry,
             manifest,
@@ -48,4 +51,5 @@ def load_backend_for(settings: WorkerSettings) -> Backend:
         length_bucket_size=settings.length_bucket_size,
         graph_optimization=settings.graph_optimization,
         warmup=settings.warmup,
+        memory_headroom=settings.device_memory_headroom,
     )

@@ -16,6 +16,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from workers.backends.base import Encoded, check_rows
+from workers.backends.memory import cuda_total_bytes, memory_limit
 from workers.registry import ModelManifest, ModelRegistry
 
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -59,9 +60,13 @@ class BatchTokenizer:
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Truncated token ids per text, unpadded: padding is decided per sub-batch."""
+        return self.token_rows(texts)[0]
+
+    def token_rows(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Token ids per text and whether each text was cut at max_length."""
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
-        return [encoding.ids for encoding in encodings]
+        return [encoding.ids for encoding in encodings], [bool(encoding.overflowing) for encoding in encodings]
 
     def feeds(self, rows: Sequence[Sequence[int]]) -> dict[str, npt.NDArray[np.int64]]:
         """The model's input arrays for `rows`, padded to the longest of them."""
@@ -110,10 +115,14 @@ def providers_for(device: str) -> list[str]:
 
 
 def open_session(model_file: Path, *, device: str, intra_op_threads: int,
-                 graph_optimization: str = "all") -> ort.InferenceSession:
+                 graph_optimization: str = "all", memory_headroom: float = 0.0) -> ort.InferenceSession:
     providers = providers_for(device)
     options = session_options(intra_op_threads, graph_optimization)
-    session = ort.InferenceSession(str(model_file), options, providers=providers)
+    provider_options: list[dict[str, str]] = [{} for _ in providers]
+    total = cuda_total_bytes() if providers[0] == CUDA_PROVIDER and memory_headroom > 0 else None
+    if total is not None:
+        provider_options[0]["gpu_mem_limit"] = str(memory_limit(total, memory_headroom))
+    session = ort.InferenceSession(str(model_file), options, providers=providers, provider_options=provider_options)
     # ONNX Runtime quietly drops CUDA when its libraries fail to load; a GPU worker that
     # runs on CPU would look healthy while being slow, so refuse instead.
     if session.get_providers()[0] != providers[0]:
@@ -152,12 +161,14 @@ class OnnxEmbeddingBackend:
         length_bucket_size: int = 16,
         graph_optimization: str = "all",
         warmup: bool = False,
+        memory_headroom: float = 0.0,
     ) -> OnnxEmbeddingBackend:
         providers_for(device)  # an impossible device fails before hashing ~100 MB
         # Hashes before the session: a tampered or half-copied model must never be run.
         registry.verify(manifest)
         session = open_session(registry.path_of(manifest, manifest.onnx_file), device=device,
-                               intra_op_threads=intra_op_threads, graph_optimization=graph_optimization)
+                               intra_op_threads=intra_op_threads, graph_optimization=graph_optimization,
+                               memory_headroom=memory_headroom)
         declared = [spec.name for spec in manifest.inputs]
         actual = [node.name for node in session.get_inputs()]
         if sorted(declared) != sorted(actual):
@@ -193,8 +204,8 @@ class OnnxEmbeddingBackend:
         if isinstance(texts, str):
             # A bare string is a Sequence[str] too and would embed each character.
             raise TypeError("encode takes a sequence of texts, not a single string")
-        rows = self._tokenizer.token_ids(texts)
-        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds)
+        rows, truncated = self._tokenizer.token_rows(texts)
+        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds, truncated=truncated)
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         """One row per encoded text, in the order the texts were given."""

@@ -176,8 +176,8 @@ class TorchEmbeddingBackend:
         if isinstance(texts, str):
             # A bare string is a Sequence[str] too and would embed each character.
             raise TypeError("encode takes a sequence of texts, not a single string")
-        rows = self._tokenizer.token_ids(texts)
-        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds)
+        rows, truncated = self._tokenizer.token_rows(texts)
+        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds, truncated=truncated)
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         """One row per encoded text, in the order the texts were given.
