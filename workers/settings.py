@@ -42,6 +42,8 @@ class WorkerSettings(FleetSettings):
     length_bucket_size: int = Field(16, ge=0, description="Sort a batch by token length and run it in sub-batches "
                                     "of at most this many rows; 0 runs it as one padded batch")
     intra_op_threads: int = Field(0, ge=0, description="Intra-op threads of ONNX Runtime or torch; 0 lets the runtime decide")
+    intra_op_spinning: bool = Field(True, description="Let idle ONNX Runtime threads busy-wait for the next "
+                                    "batch (ORT's default); off leaves the CPU to the event loop, Kafka and Redis")
     graph_optimization: str = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
     warmup: bool = Field(True, description="Run the common shapes once at load so the first batches are not slow")
     max_input_tokens: int = Field(256, ge=8, description="Longest input in tokens (also capped by the model)")

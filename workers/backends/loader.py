@@ -52,4 +52,5 @@ def load_backend_for(settings: WorkerSettings) -> Backend:
         graph_optimization=settings.graph_optimization,
         warmup=settings.warmup,
         memory_headroom=settings.device_memory_headroom,
+        spinning=settings.intra_op_spinning,
     )

@@ -89,13 +89,17 @@ GRAPH_OPTIMIZATION = {
 WARMUP_TOKENS = (8, 32, 128)
 
 
-def session_options(intra_op_threads: int, graph_optimization: str = "all") -> ort.SessionOptions:
+def session_options(intra_op_threads: int, graph_optimization: str = "all", spinning: bool = True) -> ort.SessionOptions:
     if graph_optimization not in GRAPH_OPTIMIZATION:
         raise ValueError(f"graph_optimization {graph_optimization!r}; expected one of {sorted(GRAPH_OPTIMIZATION)}")
     options = ort.SessionOptions()
     options.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
     # 0 lets ONNX Runtime use one thread per physical core.
     options.intra_op_num_threads = intra_op_threads
+    if not spinning:
+        # Idle ORT threads otherwise busy-wait for the next batch, taking CPU from the event
+        # loop, Kafka and Redis on small machines.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
@@ -115,9 +119,10 @@ def providers_for(device: str) -> list[str]:
 
 
 def open_session(model_file: Path, *, device: str, intra_op_threads: int,
-                 graph_optimization: str = "all", memory_headroom: float = 0.0) -> ort.InferenceSession:
+                 graph_optimization: str = "all", memory_headroom: float = 0.0,
+                 spinning: bool = True) -> ort.InferenceSession:
     providers = providers_for(device)
-    options = session_options(intra_op_threads, graph_optimization)
+    options = session_options(intra_op_threads, graph_optimization, spinning)
     provider_options: list[dict[str, str]] = [{} for _ in providers]
     total = cuda_total_bytes() if providers[0] == CUDA_PROVIDER and memory_headroom > 0 else None
     if total is not None:
@@ -162,13 +167,14 @@ class OnnxEmbeddingBackend:
         graph_optimization: str = "all",
         warmup: bool = False,
         memory_headroom: float = 0.0,
+        spinning: bool = True,
     ) -> OnnxEmbeddingBackend:
         providers_for(device)  # an impossible device fails before hashing ~100 MB
         # Hashes before the session: a tampered or half-copied model must never be run.
         registry.verify(manifest)
         session = open_session(registry.path_of(manifest, manifest.onnx_file), device=device,
                                intra_op_threads=intra_op_threads, graph_optimization=graph_optimization,
-                               memory_headroom=memory_headroom)
+                               memory_headroom=memory_headroom, spinning=spinning)
         declared = [spec.name for spec in manifest.inputs]
         actual = [node.name for node in session.get_inputs()]
         if sorted(declared) != sorted(actual):
