@@ -68,6 +68,14 @@ class BatchTokenizer:
             encodings = self._tokenizer.encode_batch(list(texts))
         return [encoding.ids for encoding in encodings], [bool(encoding.overflowing) for encoding in encodings]
 
+    def encode(self, texts: Sequence[str], bucket_size: int) -> Encoded:
+        """Tokenise and group rows of similar length into sub-batches (see Encoded.group)."""
+        if isinstance(texts, str):
+            # A bare string is a Sequence[str] too and would embed each character.
+            raise TypeError("encode takes a sequence of texts, not a single string")
+        rows, truncated = self.token_rows(texts)
+        return Encoded.group(rows, bucket_size, self.feeds, truncated=truncated)
+
     def feeds(self, rows: Sequence[Sequence[int]]) -> dict[str, npt.NDArray[np.int64]]:
         """The model's input arrays for `rows`, padded to the longest of them."""
         longest = max(len(row) for row in rows)
@@ -207,11 +215,7 @@ class OnnxEmbeddingBackend:
                 self._session.run([self._output_name], self._tokenizer.feeds([[101] * length] * count))
 
     def encode(self, texts: Sequence[str]) -> Encoded:
-        if isinstance(texts, str):
-            # A bare string is a Sequence[str] too and would embed each character.
-            raise TypeError("encode takes a sequence of texts, not a single string")
-        rows, truncated = self._tokenizer.token_rows(texts)
-        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds, truncated=truncated)
+        return self._tokenizer.encode(texts, self.length_bucket_size)
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         """One row per encoded text, in the order the texts were given."""

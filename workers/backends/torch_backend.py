@@ -173,11 +173,7 @@ class TorchEmbeddingBackend:
                     self._embed(self._tokenizer.feeds([[101] * length] * count))
 
     def encode(self, texts: Sequence[str]) -> Encoded:
-        if isinstance(texts, str):
-            # A bare string is a Sequence[str] too and would embed each character.
-            raise TypeError("encode takes a sequence of texts, not a single string")
-        rows, truncated = self._tokenizer.token_rows(texts)
-        return Encoded.group(rows, self.length_bucket_size, self._tokenizer.feeds, truncated=truncated)
+        return self._tokenizer.encode(texts, self.length_bucket_size)
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         """One row per encoded text, in the order the texts were given.
