@@ -37,3 +37,15 @@ TRACE_TOPIC = f"{TOPIC_PREFIX}.trace"
 def debug_key(model: str, tenant: str | None = None) -> str:
     """Redis key that switches debug tracing on for a model (or one tenant of it) until it expires."""
     return f"{TOPIC_PREFIX}:debug:{model}" + (f":tenant:{tenant}" if tenant else "")
+
+WORKER_KEY_PREFIX = f"{TOPIC_PREFIX}:worker:"
+
+
+def worker_key(model: str, worker_id: str) -> str:
+    """Redis hash holding a worker's latest heartbeat (role, device, state, lag); expires when the beats stop."""
+    return f"{WORKER_KEY_PREFIX}{model}:{worker_id}"
+
+
+def drain_key(worker_id: str) -> str:
+    """Redis key whose presence tells a worker to hand its traffic over and stop taking work."""
+    return f"{TOPIC_PREFIX}:drain:{worker_id}"

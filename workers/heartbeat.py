@@ -20,26 +20,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
-from schemas.names import TOPIC_PREFIX
+from schemas.names import WORKER_KEY_PREFIX, drain_key, worker_key
 from workers.health import HealthState
 
 log = logging.getLogger(__name__)
 
-WORKER_KEY_PREFIX = f"{TOPIC_PREFIX}:worker:"
-DRAIN_KEY_PREFIX = f"{TOPIC_PREFIX}:drain:"
 PRIMARY = "primary"  # the value of workers.settings.Role.primary
 SERVING_STATES = frozenset({HealthState.healthy.value, HealthState.degraded.value})
 _GLOB_SPECIALS = "\\*?[]"
-
-
-def worker_key(model: str, worker_id: str) -> str:
-    """Redis hash holding a worker's latest heartbeat; expires when the beats stop."""
-    return f"{WORKER_KEY_PREFIX}{model}:{worker_id}"
-
-
-def drain_key(worker_id: str) -> str:
-    """Redis key whose presence tells a worker to stop taking work."""
-    return f"{DRAIN_KEY_PREFIX}{worker_id}"
 
 
 def _glob_escape(text: str) -> str:
