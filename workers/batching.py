@@ -16,6 +16,8 @@ With the model free, no record waits longer than max_queue_delay counted from it
 timestamp, so time already spent in the topic counts.
 """
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ IDLE_POLL_MS = 200
 
 
 BUSY_POLL_MS = 2.0
+MAX_BUSY_WAIT_S = 1.0  # re-check stop requests and health at least this often
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class BatchView:
 class Decision:
     dispatch: bool
     wait_ms: float = 0.0
+    until_model_free: bool = False  # wait for the running batch to finish, then take what has arrived
 
 
 class BatchPolicy:
@@ -61,7 +65,7 @@ class BatchPolicy:
         if adaptive and view.model_busy:
             # Sent now, the batch would only queue behind the one running; it leaves the
             # moment the model is free, bigger and no later.
-            return Decision(dispatch=False, wait_ms=BUSY_POLL_MS)
+            return Decision(dispatch=False, wait_ms=BUSY_POLL_MS, until_model_free=True)
         left_ms = self.max_queue_delay_ms - view.oldest_age_ms
         if left_ms <= 0:
             return Decision(dispatch=True)
@@ -82,11 +86,11 @@ class BatchCollector:
     """Pulls records from a consumer until the policy says the batch should go."""
 
     def __init__(self, consumer: AIOKafkaConsumer, policy: BatchPolicy, *,
-                 stopping: Callable[[], bool] = lambda: False, model_busy: Callable[[], bool] = lambda: False) -> None:
+                 stopping: Callable[[], bool] = lambda: False, model_free: asyncio.Event | None = None) -> None:
         self._consumer = consumer
         self._policy = policy
         self._stopping = stopping
-        self._model_busy = model_busy
+        self._model_free = model_free
         self.last_backlog: dict[TopicPartition, int] = {}
 
     async def backlog(self) -> int:
@@ -107,11 +111,18 @@ class BatchCollector:
             oldest = min((record.timestamp for record in batch), default=None)
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
             view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
-                             model_busy=self._model_busy())
+                             model_busy=self._model_free is not None and not self._model_free.is_set())
             decision = self._policy.decide(view)
             if decision.dispatch or (batch and self._stopping()):
                 return fetched_batch
-            fetched = await self._consumer.getmany(timeout_ms=max(int(decision.wait_ms), 1),
+            wait_ms = max(int(decision.wait_ms), 1)
+            if decision.until_model_free and self._model_free is not None:
+                # Sleep instead of polling: the consumer keeps prefetching in the background, and
+                # one non-blocking getmany takes what arrived once the model is free.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._model_free.wait(), MAX_BUSY_WAIT_S)
+                wait_ms = 0
+            fetched = await self._consumer.getmany(timeout_ms=wait_ms,
                                                    max_records=self._policy.max_batch_size - len(batch))
             records = [record for part in fetched.values() for record in part]
             if not records and not batch:

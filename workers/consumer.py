@@ -71,6 +71,8 @@ class Worker:
         self._started = False
         self._reported_partitions: set[TopicPartition] = set()
         self._batches_in_model = 0  # handed to tokenise/compute and not computed yet
+        self._model_free = asyncio.Event()
+        self._model_free.set()
         self._unavailable: str | None = None
         self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
         self.group = consumer_group(settings.model, "primary" if takeover else settings.role.value)
@@ -184,7 +186,7 @@ class Worker:
         )
         await self._consumer.start()
         self._collector = BatchCollector(self._consumer, self._policy, stopping=self._leaving,
-                                         model_busy=lambda: self._batches_in_model > 0)
+                                         model_free=self._model_free)
 
     async def _leave(self) -> None:
         """Leave the group after everything taken is delivered and committed, so partitions move cleanly."""
@@ -275,6 +277,7 @@ class Worker:
             self._observe_backlog()
             if batch.records:
                 self._batches_in_model += 1
+                self._model_free.clear()
                 await out.put(await asyncio.to_thread(prepare, self.backend, batch, self._who, now_ms(),
                                                       reject_overlong=self._reject_overlong))
             elif burst and await self._drained(consumer):
@@ -290,6 +293,8 @@ class Worker:
                 computed = await asyncio.to_thread(compute, self.backend, batch, self._who)
             finally:
                 self._batches_in_model -= 1
+                if self._batches_in_model == 0:
+                    self._model_free.set()
             self._adjust_batch_cap(computed)
             self._report_health(computed)
             await out.put(computed)
