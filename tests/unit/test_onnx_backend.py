@@ -11,14 +11,12 @@ import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
-from fleet.config import FleetSettings
 from workers.backends import Backend
 from workers.backends.onnx import CUDA_PROVIDER, DeviceUnavailable, OnnxEmbeddingBackend
-from workers.registry import ModelIntegrityError, ModelManifest, ModelNotFound, ModelRegistry
+from tests.unit.built_models import MODEL_NAME, built_registry, resolve_or_skip
+from workers.registry import ModelIntegrityError, ModelRegistry
 
-MODEL_NAME = "minilm-embed"
 DIM = 384
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 QUERIES = (
     "how do I reset my password",
@@ -29,31 +27,19 @@ QUERIES = (
 )
 
 
-def _registry_root() -> Path:
-    root = FleetSettings().registry_dir
-    return root if root.is_absolute() else REPO_ROOT / root
-
-
 @pytest.fixture(scope="module")
 def registry() -> ModelRegistry:
-    return ModelRegistry(_registry_root())
-
-
-def _resolve_or_skip(registry: ModelRegistry, precision: str) -> ModelManifest:
-    try:
-        return registry.resolve(MODEL_NAME, precision=precision)
-    except ModelNotFound as error:
-        pytest.skip(f"no built {precision} model in {registry.root}; run scripts/build-models first ({error})")
+    return built_registry()
 
 
 @pytest.fixture(scope="module")
 def fp32(registry: ModelRegistry) -> OnnxEmbeddingBackend:
-    return OnnxEmbeddingBackend.load(registry, _resolve_or_skip(registry, "fp32"))
+    return OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "fp32"))
 
 
 @pytest.fixture(scope="module")
 def int8(registry: ModelRegistry) -> OnnxEmbeddingBackend:
-    return OnnxEmbeddingBackend.load(registry, _resolve_or_skip(registry, "int8"))
+    return OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"))
 
 
 @pytest.fixture(params=["fp32", "int8"])

@@ -18,19 +18,17 @@ import numpy.typing as npt
 import pytest
 import torch
 
-from fleet.config import FleetSettings
 from workers.backends import Backend
 from workers.backends.errors import DeviceError, DeviceOutOfMemory
 from workers.backends.loader import load_backend_for
 from workers.backends.onnx import DeviceUnavailable, OnnxEmbeddingBackend
 from workers.backends.torch_backend import NoTorchArtifacts, TorchEmbeddingBackend
 from workers.modelbuild.sentences import SERVING_SENTENCES
-from workers.registry import ModelIntegrityError, ModelManifest, ModelNotFound, ModelRegistry
+from tests.unit.built_models import MODEL_NAME, built_registry, resolve_or_skip
+from workers.registry import ModelIntegrityError, ModelManifest, ModelRegistry
 from workers.settings import WorkerSettings
 
-MODEL_NAME = "minilm-embed"
 DIM = 384
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MIN_COSINE = 0.999
 
 # The build's check set (short, long, over-long, numbers, code, emoji, non-Latin scripts)
@@ -38,26 +36,14 @@ MIN_COSINE = 0.999
 SENTENCES = SERVING_SENTENCES
 
 
-def _registry_root() -> Path:
-    root = FleetSettings().registry_dir
-    return root if root.is_absolute() else REPO_ROOT / root
-
-
 @pytest.fixture(scope="module")
 def registry() -> ModelRegistry:
-    return ModelRegistry(_registry_root())
-
-
-def _resolve_or_skip(registry: ModelRegistry, precision: str) -> ModelManifest:
-    try:
-        return registry.resolve(MODEL_NAME, precision=precision)
-    except ModelNotFound as error:
-        pytest.skip(f"no built {precision} model in {registry.root}; run scripts/build-models first ({error})")
+    return built_registry()
 
 
 @pytest.fixture(scope="module")
 def manifest(registry: ModelRegistry) -> ModelManifest:
-    fp32 = _resolve_or_skip(registry, "fp32")
+    fp32 = resolve_or_skip(registry, "fp32")
     if fp32.torch_dir is None:
         pytest.skip(f"the newest FP32 version {fp32.id} in {registry.root} has no PyTorch artifacts "
                     "(built before the torch backend); run scripts/build-models to build one")
@@ -183,7 +169,7 @@ def test_an_unknown_device_is_refused(registry: ModelRegistry, manifest: ModelMa
 
 
 def test_a_version_without_torch_artifacts_is_refused(registry: ModelRegistry) -> None:
-    int8 = _resolve_or_skip(registry, "int8")
+    int8 = resolve_or_skip(registry, "int8")
     assert int8.torch_dir is None
     with pytest.raises(NoTorchArtifacts, match=rf"{int8.id} \(int8\) has no PyTorch artifacts.*backend=onnxruntime"):
         TorchEmbeddingBackend.load(registry, int8)
@@ -285,7 +271,7 @@ def test_loader_refuses_an_unknown_backend(registry: ModelRegistry) -> None:
 
 
 def test_loader_with_torch_refuses_int8(registry: ModelRegistry) -> None:
-    int8 = _resolve_or_skip(registry, "int8")
+    int8 = resolve_or_skip(registry, "int8")
     settings = WorkerSettings(model_dir=registry.root, model=MODEL_NAME, model_version=None, precision="int8",
                               backend="torch", device="cpu", warmup=False)
     with pytest.raises(NoTorchArtifacts, match=int8.id):
