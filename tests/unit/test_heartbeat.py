@@ -5,6 +5,7 @@ tests need no server.
 """
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator
 from uuid import uuid4
@@ -89,7 +90,7 @@ async def test_the_heartbeat_expires_when_the_beats_stop(redis: Redis, model: st
 async def test_the_beat_loop_keeps_the_worker_listed_and_remove_drops_it(redis: Redis, model: str) -> None:
     worker = f"{model}-w1"
     beat = heartbeat(redis, model, worker, ttl_s=0.3)
-    lag = iter(range(1000))
+    lag = itertools.count()  # unbounded: a slow Redis under load must not exhaust it mid-test
     task = asyncio.create_task(beat.run(0.05, lambda: BeatFields(HealthState.healthy, "", "v", next(lag))))
     try:
         await asyncio.sleep(0.6)
