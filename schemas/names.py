@@ -49,3 +49,47 @@ def worker_key(model: str, worker_id: str) -> str:
 def drain_key(worker_id: str) -> str:
     """Redis key whose presence tells a worker to hand its traffic over and stop taking work."""
     return f"{TOPIC_PREFIX}:drain:{worker_id}"
+
+
+# --- result caches (issue 4) ---
+
+def exact_cache_key(model: str, version: str, digest: str) -> str:
+    """Redis string holding the msgpack outputs for one canonical input of one model version."""
+    return f"{TOPIC_PREFIX}:cache:{model}:{version}:{digest}"
+
+
+def exact_cache_pattern(model: str, version: str | None = None) -> str:
+    """SCAN pattern matching every exact-cache entry of a model (or of one version of it)."""
+    return f"{TOPIC_PREFIX}:cache:{model}:{version or '*'}:*"
+
+
+def semantic_cache_topic(model: str, version: str) -> str:
+    """Compacted topic of semantic-cache entries of one model version; workers rebuild their index from it."""
+    return f"{TOPIC_PREFIX}.cache.{model}.{version}"
+
+
+# --- model versions, rollout and shadow (issue 6) ---
+
+def versions_key(model: str) -> str:
+    """Redis hash of a model's version pointers and rollout state (stable, candidate, percent, stage, ...)."""
+    return f"{TOPIC_PREFIX}:versions:{model}"
+
+
+def versions_audit_stream(model: str) -> str:
+    """Redis stream logging every pointer and rollout change: who, when, what, why."""
+    return f"{TOPIC_PREFIX}:versions:{model}:audit"
+
+
+def version_stats_key(model: str, version: str) -> str:
+    """Redis hash of live counters per version (requests, errors, latency buckets) that rollout gates read."""
+    return f"{TOPIC_PREFIX}:stats:{model}:{version}"
+
+
+def shadow_stats_key(model: str, version: str) -> str:
+    """Redis hash of shadow comparison counters of a candidate version against stable."""
+    return f"{TOPIC_PREFIX}:shadow:{model}:{version}"
+
+
+def comparisons_topic(model: str) -> str:
+    """Shadow comparisons of a model: one record per compared request."""
+    return f"{TOPIC_PREFIX}.shadow.{model}"
