@@ -63,6 +63,11 @@ def exact_cache_pattern(model: str, version: str | None = None) -> str:
     return f"{TOPIC_PREFIX}:cache:{model}:{version or '*'}:*"
 
 
+def cache_generation_key(model: str) -> str:
+    """Redis counter bumped by `fleet cache clear`: workers drop their in-process tiers when it changes."""
+    return f"{TOPIC_PREFIX}:cachegen:{model}"
+
+
 def semantic_cache_topic(model: str, version: str) -> str:
     """Compacted topic of semantic-cache entries of one model version; workers rebuild their index from it."""
     return f"{TOPIC_PREFIX}.cache.{model}.{version}"
