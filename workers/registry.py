@@ -24,6 +24,9 @@ TORCH_CONFIG_FILE = "config.json"
 TORCH_WEIGHTS_FILE = "model.safetensors"
 
 Precision = Literal["fp32", "int8"]
+# What a version's rows are: sentence embeddings, or class probabilities (one column per label).
+Task = Literal["embedding", "classification"]
+HyperparameterValue = float | int | str
 
 # A model name is also a folder name and a version-id prefix: keep it filesystem- and
 # Kafka-topic-safe.
@@ -122,6 +125,23 @@ class ModelManifest(_Frozen):
     outputs: tuple[OutputSpec, ...]
     recipe: dict[str, str] = Field(default_factory=dict, description="How the artifacts were made")
     check: AccuracyCheck
+    # Everything below came later: older manifests load with these defaults (embedding models,
+    # provenance unknown).
+    task: Task = "embedding"
+    labels: tuple[str, ...] = Field(
+        (), description="classification: the class of each column of the first output, in order; else empty"
+    )
+    training_data: str | None = Field(
+        None,
+        description="Version of the data the weights came from, e.g. 'faq-intents-v1 sha256:<12 hex>', "
+        "or the upstream package and version for a model we did not train",
+    )
+    code_commit: str | None = Field(
+        None, description="git commit of the build code ('-dirty' when the tree had changes); None: unknown"
+    )
+    hyperparameters: dict[str, HyperparameterValue] = Field(
+        default_factory=dict, description="Settings of the training or conversion that made the weights"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelManifest:
@@ -139,7 +159,22 @@ class ModelManifest(_Frozen):
                     raise ValueError(f"torch_dir artifact {filename!r} is not listed in files")
         if not self.outputs or not isinstance(self.outputs[0].shape[-1], int):
             raise ValueError("the first output must have a fixed last axis (the embedding width)")
+        self._check_labels()
         return self
+
+    def _check_labels(self) -> None:
+        if self.task == "embedding":
+            if self.labels:
+                raise ValueError("an embedding model has no labels")
+            return
+        if not self.labels:
+            raise ValueError("a classification model needs its labels, one per output column")
+        if len(self.labels) != self.embedding_dim:
+            raise ValueError(
+                f"{len(self.labels)} labels for an output of width {self.embedding_dim}: one label per column"
+            )
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels must be distinct: {list(self.labels)}")
 
     @property
     def torch_config_file(self) -> str | None:
@@ -151,6 +186,7 @@ class ModelManifest(_Frozen):
 
     @property
     def embedding_dim(self) -> int:
+        """Width of each output row: the embedding size, or the number of labels of a classifier."""
         last_axis = self.outputs[0].shape[-1]
         assert isinstance(last_axis, int)  # guaranteed by _consistent
         return last_axis

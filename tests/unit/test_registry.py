@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -190,3 +191,68 @@ def test_manifest_rejects_paths_outside_its_folder() -> None:
             outputs=(OutputSpec(name="embedding", dtype="float32", shape=("batch", 4), normalized=True),),
             check=_check(),
         )
+
+
+def _classifier(**overrides: object) -> ModelManifest:
+    """A classification manifest with 3 output columns; `overrides` replace any field."""
+    fields: dict[str, object] = {
+        "id": "tiny-embed-20250314-001",
+        "name": NAME,
+        "created": datetime(2025, 3, 14, tzinfo=UTC),
+        "precision": "fp32",
+        "parent": None,
+        "source": ModelSource(package="p", package_version="1", base_model="b"),
+        "files": {"model.onnx": "0" * 64, "tokenizer.json": "0" * 64},
+        "onnx_file": "model.onnx",
+        "tokenizer_file": "tokenizer.json",
+        "max_length": 16,
+        "inputs": (),
+        "outputs": (OutputSpec(name="probabilities", dtype="float32", shape=("batch", 3), normalized=False),),
+        "check": _check(),
+        "task": "classification",
+        "labels": ("a", "b", "c"),
+    }
+    fields.update(overrides)
+    return ModelManifest.model_validate(fields)
+
+
+def test_a_manifest_written_before_the_provenance_fields_loads_as_an_embedding_model(
+    registry: ModelRegistry,
+) -> None:
+    manifest = _stage_and_register(registry)
+    path = registry.version_dir(NAME, manifest.id) / MANIFEST_FILE
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    for field in ("task", "labels", "training_data", "code_commit", "hyperparameters"):
+        del raw[field]
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    (loaded,) = registry.versions(NAME)
+    assert (loaded.task, loaded.labels, loaded.training_data, loaded.code_commit, loaded.hyperparameters) == (
+        "embedding", (), None, None, {}
+    )
+
+
+def test_provenance_fields_round_trip_with_their_types(registry: ModelRegistry) -> None:
+    classifier = _classifier(
+        training_data="faq-intents-v1 sha256:0123456789ab",
+        code_commit="f" * 40 + "-dirty",
+        hyperparameters={"lr": 1.0, "epochs": 200, "optimizer": "sgd"},
+    )
+    loaded = ModelManifest.model_validate_json(classifier.model_dump_json())
+    assert loaded == classifier
+    assert isinstance(loaded.hyperparameters["epochs"], int) and isinstance(loaded.hyperparameters["lr"], float)
+    assert loaded.embedding_dim == len(loaded.labels) == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"labels": ("a", "b")}, r"2 labels for an output of width 3"),
+        ({"labels": ()}, r"needs its labels"),
+        ({"labels": ("a", "b", "a")}, r"labels must be distinct"),
+        ({"task": "embedding"}, r"an embedding model has no labels"),
+        ({"task": "regression"}, r"task"),
+    ],
+)
+def test_manifest_rejects_inconsistent_labels(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _classifier(**overrides)

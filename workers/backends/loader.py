@@ -18,7 +18,8 @@ def load_backend_for(settings: WorkerSettings) -> Backend:
 
     The version is resolved the same way for both backends: the pinned `model_version`, else
     the newest registered version of `precision`. The torch backend refuses a version
-    without PyTorch artifacts (e.g. INT8) instead of serving something else.
+    without PyTorch artifacts (e.g. INT8) or one that is not an embedding model (e.g.
+    faq-intent) instead of serving something else.
     """
     if settings.backend not in BACKENDS:
         raise ValueError(f"unknown backend {settings.backend!r}; expected one of {BACKENDS}")
@@ -26,8 +27,14 @@ def load_backend_for(settings: WorkerSettings) -> Backend:
     manifest = registry.resolve(settings.model, settings.model_version, settings.precision)
     if settings.backend == "torch":
         from workers.backends.memory import reserve_torch_headroom
-        from workers.backends.torch_backend import TorchEmbeddingBackend
+        from workers.backends.torch_backend import NoTorchArtifacts, TorchEmbeddingBackend
 
+        if manifest.task != "embedding":
+            # The torch backend computes pooled embeddings only; a classifier's head lives in its graph.
+            raise NoTorchArtifacts(
+                f"{manifest.id} is a {manifest.task} model whose head exists only in its ONNX graph; the torch "
+                "backend serves embedding models only, so serve it with backend=onnxruntime"
+            )
         if settings.device == "cuda":
             reserve_torch_headroom(settings.device_memory_headroom)
         return TorchEmbeddingBackend.load(

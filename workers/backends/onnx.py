@@ -1,7 +1,9 @@
 """ONNX Runtime backend for registered embedding models (FP32 or INT8).
 
 The graph already does mean pooling and L2 normalisation, so a row out of the session is
-the final embedding; this module only tokenizes, runs, and checks the shape.
+the final embedding; this module only tokenizes, runs, and checks the shape. A classification
+version (task "classification", e.g. faq-intent) is served unchanged: its graph ends in a
+softmax head, so its rows are class probabilities, one column per `manifest.labels` entry.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`python -m workers.modelbuild`: build, check and register the MiniLM embedding versions.
+"""`python -m workers.modelbuild`: build, check and register the MiniLM embedding versions,
+then the faq-intent classifier versions on top of the MiniLM FP32 graph.
 
 By default a version whose source package and precision are already registered is kept
 (after re-verifying its hashes), so a second run is quick and says what it skipped;
@@ -6,6 +7,9 @@ By default a version whose source package and precision are already registered i
 artifacts (built before the torch backend existed) does not count: a new FP32 version is
 built with them, and a new INT8 version from it, since INT8 is matched by its FP32 parent.
 Old versions stay registered and servable by ONNX Runtime (versions are immutable).
+
+faq-intent is kept when an FP32 version exists for this MiniLM FP32 version, data version
+(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,15 @@ from pathlib import Path
 
 from fleet.config import FleetSettings
 from workers.modelbuild.build import MODEL_NAME, BuiltVersion, build_fp32, build_int8, describe_check
+from workers.modelbuild.faq import (
+    FAQ_MODEL_NAME,
+    build_faq_fp32,
+    build_faq_int8,
+    registered_faq_fp32,
+    registered_faq_int8,
+)
+from workers.modelbuild.faq_data import load_faq_dataset
+from workers.modelbuild.head import HeadHyperparameters
 from workers.modelbuild.progress import Progress
 from workers.modelbuild.source import locate_packaged_model
 from workers.registry import (
@@ -31,7 +44,7 @@ from workers.registry import (
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m workers.modelbuild",
-        description=f"Build, check and register the {MODEL_NAME} FP32 and INT8 ONNX versions.",
+        description=f"Build, check and register the {MODEL_NAME} and {FAQ_MODEL_NAME} FP32 and INT8 ONNX versions.",
     )
     parser.add_argument(
         "--registry",
@@ -63,13 +76,13 @@ def _keep(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) 
     # A skipped version is still one we vouch for: re-hash it so a damaged copy is caught here.
     registry.verify(manifest)
     progress.step(
-        f"{manifest.precision.upper()} already built: {manifest.id} (hashes verified; --force rebuilds), skipping"
+        f"{manifest.name} {manifest.precision.upper()} already built: {manifest.id} (hashes verified; --force rebuilds), skipping"
     )
     return BuiltVersion(manifest, newly_built=False)
 
 
 def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
-    header = ("version id", "precision", "status", "serves", "size MB", "check")
+    header = ("version id", "precision", "task", "status", "serves", "size MB", "check")
     rows = [header]
     for version in versions:
         manifest = version.manifest
@@ -78,6 +91,7 @@ def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
             (
                 manifest.id,
                 manifest.precision,
+                manifest.task,
                 "built" if version.newly_built else "kept",
                 "onnx+torch" if manifest.torch_dir is not None else "onnx",
                 f"{size_mb:.1f}",
@@ -87,6 +101,26 @@ def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool,
+               progress: Progress) -> list[BuiltVersion]:
+    """The faq-intent FP32 (head on `encoder`) and INT8 versions, built or kept."""
+    dataset = load_faq_dataset()
+    hyper = HeadHyperparameters()
+    progress.step(f"{FAQ_MODEL_NAME}: data {dataset.version}, {len(dataset.labels)} intents, "
+                  f"{len(dataset.train)} train / {len(dataset.test)} held-out examples, encoder {encoder.id}")
+    existing_fp32 = None if force else registered_faq_fp32(registry, encoder, dataset, hyper)
+    if existing_fp32 is not None:
+        fp32 = _keep(registry, existing_fp32, progress)
+    else:
+        fp32 = build_faq_fp32(registry, encoder, dataset, hyper, progress)
+    existing_int8 = None if force else registered_faq_int8(registry, fp32.manifest)
+    if existing_int8 is not None:
+        int8 = _keep(registry, existing_int8, progress)
+    else:
+        int8 = build_faq_int8(registry, fp32.manifest, dataset, progress)
+    return [fp32, int8]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,13 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             int8 = _keep(registry, existing_int8, progress)
         else:
             int8 = build_int8(registry, fp32.manifest, progress)
+        faq = _build_faq(registry, fp32.manifest, force=args.force, progress=progress)
     except RegistryError as error:
         # Includes a failed accuracy check (CheckNotPassed) with its figures.
         progress.step(f"FAILED: {error}")
         return 1
     progress.step("done")
     print()
-    print(_summary(registry, [fp32, int8]))
+    print(_summary(registry, [fp32, int8, *faq]))
     return 0
 
 

@@ -27,16 +27,19 @@ from workers.modelbuild.checks import (
 )
 from workers.modelbuild.graph import describe_io
 from workers.modelbuild.progress import Progress
+from workers.modelbuild.provenance import code_commit
 from workers.modelbuild.sentences import CHECK_SENTENCES
 from workers.modelbuild.source import TOKENIZER_FILE, PackagedModel
 from workers.registry import (
     TORCH_CONFIG_FILE,
     TORCH_WEIGHTS_FILE,
     AccuracyCheck,
+    HyperparameterValue,
     ModelManifest,
     ModelRegistry,
     ModelSource,
     Precision,
+    Task,
     hash_files,
 )
 
@@ -53,7 +56,7 @@ class BuiltVersion:
 
 
 @contextmanager
-def _staged_version(registry: ModelRegistry, name: str, created: datetime) -> Iterator[tuple[str, Path]]:
+def staged_version(registry: ModelRegistry, name: str, created: datetime) -> Iterator[tuple[str, Path]]:
     version_id = registry.next_version_id(name, created.date())
     folder = registry.version_dir(name, version_id)
     folder.mkdir(parents=True, exist_ok=False)
@@ -64,8 +67,9 @@ def _staged_version(registry: ModelRegistry, name: str, created: datetime) -> It
         raise
 
 
-def _manifest(
+def assemble_manifest(
     *,
+    name: str = MODEL_NAME,
     version_id: str,
     created: datetime,
     precision: Precision,
@@ -75,13 +79,18 @@ def _manifest(
     max_length: int,
     recipe: dict[str, str],
     check: AccuracyCheck,
+    training_data: str,
+    hyperparameters: dict[str, HyperparameterValue],
     torch_dir: str | None = None,
+    task: Task = "embedding",
+    labels: tuple[str, ...] = (),
 ) -> ModelManifest:
-    inputs, outputs = describe_io(folder / ONNX_FILE, normalized_outputs=True)
+    """The manifest of a staged version, read from its graph and files; provenance filled in."""
+    inputs, outputs = describe_io(folder / ONNX_FILE, normalized_outputs=task == "embedding")
     torch_files = TORCH_FILES if torch_dir is not None else ()
     return ModelManifest(
         id=version_id,
-        name=MODEL_NAME,
+        name=name,
         created=created,
         precision=precision,
         parent=parent,
@@ -95,7 +104,17 @@ def _manifest(
         outputs=outputs,
         recipe=recipe,
         check=check,
+        task=task,
+        labels=labels,
+        training_data=training_data,
+        code_commit=code_commit(),
+        hyperparameters=hyperparameters,
     )
+
+
+def upstream_training_data(source: ModelSource) -> str:
+    """`training_data` of a model we did not train: the package (and model) its weights came from."""
+    return f"{source.package} {source.package_version} ({source.base_model})"
 
 
 def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progress) -> BuiltVersion:
@@ -105,7 +124,7 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
 
     encoder = export.load_encoder(packaged.model_dir)
     created = datetime.now(UTC)
-    with _staged_version(registry, MODEL_NAME, created) as (version_id, folder):
+    with staged_version(registry, MODEL_NAME, created) as (version_id, folder):
         progress.step(f"exporting FP32 ONNX (opset {export.OPSET}) to {folder / ONNX_FILE}")
         export.export_fp32(encoder, folder / ONNX_FILE)
         shutil.copyfile(packaged.tokenizer_file, folder / TOKENIZER_FILE)
@@ -142,7 +161,7 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
         )
         check = check_fp32_matches_reference(runs, reference, torch_run)
         progress.step(f"FP32 check: {describe_check(check)}")
-        manifest = _manifest(
+        manifest = assemble_manifest(
             version_id=version_id,
             created=created,
             precision="fp32",
@@ -156,6 +175,8 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
                 f"{TORCH_WEIGHTS_FILE}, copied unchanged (the weights the graph was exported from)",
             },
             check=check,
+            training_data=upstream_training_data(packaged.source),
+            hyperparameters=export.hyperparameters(packaged.max_seq_length),
             torch_dir=TORCH_DIR,
         )
         registry.register(manifest)
@@ -170,7 +191,7 @@ def build_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress)
     fp32_onnx = registry.path_of(fp32, fp32.onnx_file)
     fp32_tokenizer = registry.path_of(fp32, fp32.tokenizer_file)
     created = datetime.now(UTC)
-    with _staged_version(registry, MODEL_NAME, created) as (version_id, folder):
+    with staged_version(registry, MODEL_NAME, created) as (version_id, folder):
         progress.step(f"quantising {fp32.id} to INT8 (dynamic, per-channel, MatMul/Gemm weights only)")
         quantize.quantize_int8(fp32_onnx, folder / ONNX_FILE)
         shutil.copyfile(fp32_tokenizer, folder / TOKENIZER_FILE)
@@ -190,7 +211,7 @@ def build_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress)
         }
         check = check_int8_close_to_fp32(rows["int8"], rows["fp32"])
         progress.step(f"INT8 check: {describe_check(check)}")
-        manifest = _manifest(
+        manifest = assemble_manifest(
             version_id=version_id,
             created=created,
             precision="int8",
@@ -200,6 +221,9 @@ def build_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress)
             max_length=fp32.max_length,
             recipe=quantize.recipe(),
             check=check,
+            training_data=fp32.training_data or upstream_training_data(fp32.source),
+            # Everything that shaped the INT8 weights: the parent's settings, then the quantiser's.
+            hyperparameters={**fp32.hyperparameters, **quantize.hyperparameters()},
         )
         registry.register(manifest)
     progress.step(f"registered as {manifest.id}")

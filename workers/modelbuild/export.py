@@ -109,6 +109,11 @@ def _silence_known_export_warnings() -> None:
     warnings.filterwarnings("ignore", message=r"Exporting aten::index operator", category=UserWarning)
 
 
+def hyperparameters(max_length: int) -> dict[str, int | float | str]:
+    """Settings of the conversion (nothing is trained): what a rebuild must repeat to match."""
+    return {"opset": OPSET, "max_length": max_length, "attention": "eager", "pooling": "mean", "normalize": "l2"}
+
+
 def recipe() -> dict[str, str]:
     return {
         "graph": "BertModel (eager attention) -> mean pooling over attention_mask -> L2 normalisation",

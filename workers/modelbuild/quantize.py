@@ -35,6 +35,11 @@ def quantize_int8(fp32_path: Path, int8_path: Path) -> None:
         )
 
 
+def hyperparameters() -> dict[str, int | float | str]:
+    """Settings of the quantisation (nothing is trained): what a rebuild must repeat to match."""
+    return {"weight_type": WEIGHT_TYPE.name, "per_channel": str(PER_CHANNEL).lower(), "op_types": ",".join(OP_TYPES)}
+
+
 def recipe() -> dict[str, str]:
     return {
         "quantization": "onnxruntime.quantization.quantize_dynamic after quant_pre_process(skip_symbolic_shape)",
