@@ -1,0 +1,1 @@
+"""Result caches of a worker: exact (in-process LRU + Redis) and semantic (FAISS + compacted topic)."""
