@@ -126,6 +126,7 @@ class Result(_Wire):
     outputs: dict[str, Any] | None = None
     error: ErrorInfo | None = None
     cache: CacheTier = CacheTier.miss
+    similarity: float | None = Field(None, description="Cosine similarity of the cached input a semantic hit answered from")
     device: str | None = None
     batch_size: int = 0
     timings: dict[str, float] = Field(default_factory=dict, description="Per-stage milliseconds")

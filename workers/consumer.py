@@ -13,10 +13,10 @@ import os
 import socket
 import time
 from contextlib import AsyncExitStack
+from collections.abc import Callable
 from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
 from redis.asyncio import Redis
 
 from fleet.topics import ensure_topics
@@ -27,17 +27,23 @@ from workers.backends.base import Backend
 from workers.backends.onnx import DeviceUnavailable
 from workers.faults import FaultInjector
 from workers.health import HealthState
-from workers.heartbeat import BeatFields, Heartbeat
+from workers.offsets import backlog_drained, commit_records
 from workers.batch_cap import BatchSizeCap
 from workers.batching import BatchCollector, BatchPolicy
 from workers.delivery import Outcome, ResultSink
 from workers.metrics import WorkerMetrics
 from workers.settings import OverlongInputs, Role, WorkerSettings
-from workers.stages import Computed, Prepared, compute, prepare
+from workers.stages import Computed, Prepared, compute, encode_groups, sort_batch
 from workers.redaction import Redactor
-from workers.supervision import Supervisor
+from workers.supervision import Supervisor, beat_failed
 from workers.tracing import DebugTracer
 from workers.triage import Provenance
+from workers.batch_cache import BatchCaches
+from workers.model_loading import encoder_loader, resident_size, version_loader
+from workers.model_set import ModelSet
+from workers.pointer_watch import PointerWatcher
+from workers.version_stats import record_versions
+from workers.versions.stats import VersionStatsRecorder
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +54,18 @@ def load_backend(settings: WorkerSettings) -> Backend:
     return load_backend_for(settings)
 
 
+async def _cancelled(task: "asyncio.Task[None]") -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 class Worker:
     def __init__(self, settings: WorkerSettings, *, backend: Backend | None = None, redis: Redis | None = None,
                  producer: AIOKafkaProducer | None = None, metrics: WorkerMetrics | None = None,
-                 takeover: bool = False) -> None:
+                 takeover: bool = False, load_version: Callable[[str], Backend] | None = None) -> None:
         """`takeover=True` makes a fallback worker serve the primary topic in the primary group,
-        for when no healthy primary is left (see workers/takeover.py)."""
+        for when no healthy primary is left (see workers/takeover.py). `load_version` loads
+        further versions for hot swaps (default: from the registry, like the first)."""
         self.settings = settings
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         on_fallback_topic = settings.role is Role.fallback and not takeover
@@ -63,6 +75,8 @@ class Worker:
         self.computed = 0
         self.expired = 0
         self._backend = backend
+        self._load_version = load_version
+        self._who_by_version: dict[str, Provenance] = {}
         self._redis = redis
         self._producer = producer
         self._consumer: AIOKafkaConsumer | None = None
@@ -79,9 +93,10 @@ class Worker:
 
     @property
     def backend(self) -> Backend:
+        """The stable version: what unpinned traffic gets outside a rollout."""
         if self._backend is None:
             raise RuntimeError("worker not started")
-        return self._backend
+        return self.models.serving.stable if hasattr(self, "models") else self._backend
 
     @property
     def unavailable(self) -> str | None:
@@ -114,12 +129,14 @@ class Worker:
                 self._unavailable = str(exc)
                 await self._start_unavailable()
                 return
-            self.metrics.model_load.labels(model=self.settings.model, version=loaded.manifest.id,
-                                           device=loaded.device).set(time.perf_counter() - started)
             self._backend = loaded
+            self._loaded(loaded, time.perf_counter() - started)
         inner = self._backend
         self._backend = faults.wrap(inner)
         self.faults = faults
+        self.models = ModelSet(self._backend, self._load_version or version_loader(self.settings, faults),
+                               budget_bytes=int(self.settings.model_memory_budget_mb * 2**20),
+                               size_of=resident_size(self.settings), on_load=self._loaded)
         await ensure_topics(self.settings.kafka_bootstrap, [self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC],
                             self.settings.partitions)
         if self._redis is None:
@@ -134,41 +151,34 @@ class Worker:
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
         self.batch_cap = BatchSizeCap(self.settings.max_batch_size, clean_period_s=self.settings.oom_clean_period_s)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
+        self._stats = VersionStatsRecorder(self._redis, self.settings.model)
+        self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer,
+                                  metrics=self.metrics.cache, load_encoder=encoder_loader(self.settings))
+        await self.caches.start()
+        self._exit.push_async_callback(self.caches.stop)
+        self.pointers = PointerWatcher(self._redis, self.settings.model, self.models, poll_s=self.settings.pointer_poll_s)
+        await self.pointers.sync_once()
+        self._exit.push_async_callback(_cancelled, asyncio.create_task(self.pointers.run()))
         self.tracer = DebugTracer(self._redis, self._producer, self.settings.model,
                                   Redactor.with_defaults(self.settings.redact_patterns))
-        manifest = self.backend.manifest
-        served = Status.degraded if self.settings.role is Role.fallback else Status.ok
-        self._who = Provenance(model=self.settings.model, version=manifest.id, device=self.backend.device,
-                               worker=self.worker_id, served_status=served)
-        self._labels = dict(model=self.settings.model, version=manifest.id, role=self.settings.role.value,
-                            device=self.backend.device)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
                                                    device=self.backend.device, worker=self.worker_id)
         self._exit.callback(self._health.set, 0)
-        self.supervisor = Supervisor(self.settings, self._redis, self.worker_id, self.backend.device, manifest.id,
+        self.supervisor = Supervisor(self.settings, self._redis, self.worker_id, self.backend.device,
+                                     lambda: self.backend.manifest.id,
                                      probe=faults.wrap_probe(lambda: inner.infer(["health probe"])),
                                      backlog=lambda: sum(self._collector_backlog().values()))
         self.supervisor.health.add_listener(self._export_health)
         self._export_health(self.supervisor.health.state, self.supervisor.health.state, "start")
         await self._join()
-        log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, manifest.id, self.backend.device)
+        log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, self.backend.manifest.id, self.backend.device)
 
     async def _start_unavailable(self) -> None:
         """Heartbeat `failed` with the reason, so operators and the gateway see it; take no records."""
         self._redis = self._redis or Redis.from_url(self.settings.redis_url)
         self._exit.push_async_callback(self._redis.aclose)
-        heartbeat = Heartbeat(self._redis, model=self.settings.model, worker_id=self.worker_id,
-                              role=self.settings.role.value, device=self.settings.device,
-                              ttl_s=self.settings.heartbeat_ttl_s)
-        fields = BeatFields(state="failed", reason=self._unavailable or "", version="", lag=0)
-        beating = asyncio.create_task(heartbeat.run(self.settings.heartbeat_interval_s, lambda: fields))
-
-        async def stop_beating() -> None:
-            beating.cancel()
-            await asyncio.gather(beating, return_exceptions=True)
-            await heartbeat.remove()
-
-        self._exit.push_async_callback(stop_beating)
+        self._exit.push_async_callback(await beat_failed(self._redis, self.settings, self.worker_id,
+                                                         self._unavailable or ""))
         log.error("worker %s failed at start: %s", self.worker_id, self._unavailable)
 
     async def _join(self) -> None:
@@ -278,9 +288,13 @@ class Worker:
             if batch.records:
                 self._batches_in_model += 1
                 self._model_free.clear()
-                await out.put(await asyncio.to_thread(prepare, self.backend, batch, self._who, now_ms(),
-                                                      reject_overlong=self._reject_overlong))
-            elif burst and await self._drained(consumer):
+                models = self.models
+                prepared = await asyncio.to_thread(sort_batch, batch, models.serving, dict(models.resident),
+                                                   self._who_for, now_ms(), self.caches.digest)
+                await self.caches.lookup(prepared)
+                await asyncio.to_thread(encode_groups, prepared, reject_overlong=self._reject_overlong)
+                await out.put(prepared)
+            elif burst and await backlog_drained(consumer):
                 drained = True
                 break
         await out.put(None)
@@ -290,7 +304,7 @@ class Worker:
                              out: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
             try:
-                computed = await asyncio.to_thread(compute, self.backend, batch, self._who)
+                computed = await asyncio.to_thread(compute, batch)
             finally:
                 self._batches_in_model -= 1
                 if self._batches_in_model == 0:
@@ -335,6 +349,7 @@ class Worker:
         while (batch := await inbox.get()) is not None:
             started = time.perf_counter()
             await self._sink.deliver(batch.outcomes, batch.dead_letters)
+            await self.caches.remember(batch)
             elapsed = time.perf_counter() - started
             self.metrics.delivery.labels(**self._labels).observe(elapsed)
             self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
@@ -343,13 +358,16 @@ class Worker:
             await self.tracer.record(batch.outcomes)
             await self._commit(batch.records)
             self._count(batch)
+            await record_versions(self._stats, batch.outcomes)
 
     async def _hand_over(self, batch: Computed) -> None:
         """The device failed before computing these: a primary forwards them to the CPU fallback
         topic (committed here only once they are there); a fallback worker has nowhere to send
         them and answers with an error."""
         if self.settings.role is Role.fallback:
-            outcomes = [Outcome(item.request, self._who.error(item.request.id, "device_failed", str(batch.run and batch.run.device_error)))
+            reason = str(batch.run and batch.run.device_error)
+            who = self._who_for(self.backend)
+            outcomes = [Outcome(item.request, who.error(item.request.id, "device_failed", reason))
                         for item in batch.unanswered]
             await self._sink.deliver(outcomes, [])
             batch.outcomes += outcomes
@@ -358,27 +376,8 @@ class Worker:
         await self._sink.forward(fallback_topic(self.settings.model), originals)
         self.metrics.forwarded.labels(**self._labels).inc(len(originals))
 
-    async def _drained(self, consumer: AIOKafkaConsumer) -> bool:
-        assigned = consumer.assignment()
-        if not assigned:
-            return False
-        ends = await consumer.end_offsets(list(assigned))
-        for tp in assigned:
-            if await consumer.position(tp) < ends[tp]:
-                return False
-        return True
-
     async def _commit(self, records: list[ConsumerRecord]) -> None:
-        offsets: dict[TopicPartition, int] = {}
-        for record in records:
-            tp = TopicPartition(record.topic, record.partition)
-            offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
-        try:
-            await self._require_consumer().commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            # The partitions moved during a rebalance: the new owner redelivers these
-            # records, and results keyed by request id make that harmless.
-            log.warning("commit after rebalance refused (%s); %d records will be redelivered", exc, len(records))
+        await commit_records(self._require_consumer(), records)
 
     def _collector_backlog(self) -> dict[TopicPartition, int]:
         return self._collector.last_backlog if self._consumer is not None else {}
@@ -392,6 +391,25 @@ class Worker:
         for tp in self._reported_partitions - owned.keys():
             self.metrics.backlog.remove(self.settings.model, role, str(tp.partition))
         self._reported_partitions = set(owned)
+
+    @property
+    def _labels(self) -> dict[str, str]:
+        return dict(model=self.settings.model, version=self.backend.manifest.id, role=self.settings.role.value,
+                    device=self.backend.device)
+
+    def _who_for(self, backend: Backend) -> Provenance:
+        """Who computes with `backend`: stamped on its results (fallback workers answer `degraded`)."""
+        version = backend.manifest.id
+        if version not in self._who_by_version:
+            served = Status.degraded if self.settings.role is Role.fallback else Status.ok
+            self._who_by_version[version] = Provenance(model=self.settings.model, version=version,
+                                                       device=backend.device, worker=self.worker_id,
+                                                       served_status=served)
+        return self._who_by_version[version]
+
+    def _loaded(self, backend: Backend, seconds: float) -> None:
+        self.metrics.model_load.labels(model=self.settings.model, version=backend.manifest.id,
+                                       device=backend.device).set(seconds)
 
     def _count(self, batch: Computed) -> None:
         self.processed += len(batch.records)

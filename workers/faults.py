@@ -42,9 +42,15 @@ def configured_faults(settings: WorkerSettings) -> list[str]:
         faults.append(f"fault_oom_above_batch={settings.fault_oom_above_batch}")
     if settings.fault_fail_after_records is not None:
         faults.append(f"fault_fail_after_records={settings.fault_fail_after_records}")
+    if settings.fault_inference_error_rate > 0:
+        faults.append(f"fault_inference_error_rate={settings.fault_inference_error_rate}")
     if settings.fault_probe_fails:
         faults.append("fault_probe_fails=True")
     return faults
+
+
+class InjectedInferenceError(RuntimeError):
+    """A model run that fails without the device failing: its requests get error results."""
 
 
 class FaultInjector:
@@ -52,9 +58,13 @@ class FaultInjector:
 
     def __init__(self, *, error_rate: float = 0.0, oom_above_batch: int | None = None,
                  fail_after_records: int | None = None, probe_fails: bool = False, seed: int = 0,
-                 enabled: bool = True) -> None:
-        if not 0.0 <= error_rate <= 1.0:
-            raise ValueError(f"error_rate must be within [0, 1], got {error_rate}")
+                 enabled: bool = True, inference_error_rate: float = 0.0,
+                 versions: frozenset[str] = frozenset()) -> None:
+        for name, rate in (("error_rate", error_rate), ("inference_error_rate", inference_error_rate)):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {rate}")
+        self.inference_error_rate = inference_error_rate
+        self.versions = versions
         self.enabled = enabled
         self.error_rate = error_rate
         self.oom_above_batch = oom_above_batch
@@ -87,7 +97,8 @@ class FaultInjector:
         log.warning("FAULT INJECTION ON: %s", ", ".join(faults))
         return cls(error_rate=settings.fault_error_rate, oom_above_batch=settings.fault_oom_above_batch,
                    fail_after_records=settings.fault_fail_after_records, probe_fails=settings.fault_probe_fails,
-                   seed=seed)
+                   seed=seed, inference_error_rate=settings.fault_inference_error_rate,
+                   versions=frozenset(settings.fault_versions))
 
     # --- state ------------------------------------------------------------------------------
 
@@ -125,6 +136,8 @@ class FaultInjector:
             # Draw only when a rate is set, so adding other faults keeps a seed's sequence.
             if self.error_rate > 0 and self._rng.random() < self.error_rate:
                 raise DeviceError(f"{INJECTED}: random device error (rate {self.error_rate:g})")
+            if self.inference_error_rate > 0 and self._rng.random() < self.inference_error_rate:
+                raise InjectedInferenceError(f"{INJECTED}: inference error (rate {self.inference_error_rate:g})")
 
     def after_batch(self, rows: int) -> None:
         """Count a batch the device computed."""
@@ -144,8 +157,11 @@ class FaultInjector:
     # --- wrappers ---------------------------------------------------------------------------
 
     def wrap(self, backend: Backend) -> Backend:
-        """`backend` with these faults; the backend itself when injection is off (no overhead)."""
-        return FaultyBackend(backend, self) if self.enabled else backend
+        """`backend` with these faults; the backend itself when injection is off (no overhead) or
+        when faults are limited to other versions."""
+        if not self.enabled or (self.versions and backend.manifest.id not in self.versions):
+            return backend
+        return FaultyBackend(backend, self)
 
     def wrap_probe(self, probe: Callable[[], None]) -> Callable[[], None]:
         """`probe` that fails first when the probe or the device is set to fail.

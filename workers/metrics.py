@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from schemas.wire import now_ms
+from workers.cache.metrics import CacheMetrics
 
 if TYPE_CHECKING:
     from workers.stages import Computed
@@ -72,6 +73,7 @@ class WorkerMetrics:
                                   ["model", "role", "device", "worker", "state"], registry=reg)
         self.failovers = Counter(f"{PREFIX}_failovers", "Times this worker handed its partitions over (device "
                                  "failed or drained)", labels, registry=reg)
+        self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
 
 

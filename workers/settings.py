@@ -70,6 +70,10 @@ class WorkerSettings(FleetSettings):
     fault_oom_above_batch: int | None = Field(None, ge=1, description="Batches larger than this raise out-of-memory")
     fault_fail_after_records: int | None = Field(None, ge=0, description="After this many computed records every "
                                                  "batch raises a device error (a device that dies mid-load)")
+    fault_inference_error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of model runs that raise a "
+                                              "(non-device) inference error: requests get error results")
+    fault_versions: list[str] = Field(default_factory=list, description="Inject faults only into these versions "
+                                      "(e.g. a canary candidate); empty: every version")
     fault_probe_fails: bool = Field(False, description="Make the health probe fail")
     health_probe_interval_s: float = Field(2.0, gt=0, description="How often the health probe runs a tiny inference")
     health_probe_timeout_s: float = Field(2.0, gt=0, description="A probe slower than this counts as a failure")
@@ -78,3 +82,22 @@ class WorkerSettings(FleetSettings):
     heartbeat_interval_s: float = Field(1.0, gt=0, description="How often the worker writes its heartbeat to Redis")
     heartbeat_ttl_s: float = Field(5.0, gt=0, description="A heartbeat older than this is gone: the worker is dead")
     session_timeout_ms: int = Field(10_000, ge=1000, description="Kafka group session timeout: how soon a dead worker's partitions move")
+    model_memory_budget_mb: float = Field(2048.0, gt=0, description="Resident model versions of this worker may "
+                                          "take this much memory; the least recently used non-live versions "
+                                          "are unloaded beyond it (stable and candidate always stay)")
+    pointer_poll_s: float = Field(0.5, gt=0, description="How often the worker reads its model's version pointers")
+    exact_cache: bool = Field(True, description="Answer repeated inputs from the exact cache (in-process + Redis)")
+    exact_cache_local_mb: float = Field(64.0, ge=0, description="Byte bound of the in-process exact cache")
+    exact_cache_ttl_s: int = Field(86_400, ge=1, description="TTL of exact-cache entries in Redis")
+    exact_cache_redis: bool = Field(True, description="Share exact-cache entries through Redis")
+    cache_refresh_s: float = Field(1.0, gt=0, description="How often the worker checks for `fleet cache clear`")
+    semantic_cache: bool = Field(False, description="Answer near-identical inputs from the semantic cache; off "
+                                 "for embedding models, where a near answer is a wrong answer")
+    semantic_threshold: float = Field(0.95, gt=0, le=1, description="Least cosine similarity of a semantic hit")
+    semantic_capacity: int = Field(100_000, ge=1, description="Most entries in a version's semantic index")
+    semantic_verify_fraction: float = Field(0.05, ge=0, le=1, description="Fraction of semantic hits also "
+                                            "computed by the model to measure the false-hit rate")
+    semantic_false_hit_budget: float = Field(0.01, ge=0, le=1, description="Verified false-hit rate above which "
+                                             "the semantic cache raises its threshold, then switches off")
+    semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
+    semantic_encoder_precision: str = Field("int8", description="Precision of the semantic cache's encoder")

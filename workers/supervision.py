@@ -7,7 +7,7 @@ The worker asks it one question between batches: may I serve right now?
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class Supervisor:
-    def __init__(self, settings: WorkerSettings, redis: Redis, worker_id: str, device: str, version: str,
+    def __init__(self, settings: WorkerSettings, redis: Redis, worker_id: str, device: str, version: Callable[[], str],
                  probe: Callable[[], None], backlog: Callable[[], int]) -> None:
         self.health = HealthMonitor.from_settings(settings, probe)
         self.drained = False
@@ -60,7 +60,7 @@ class Supervisor:
 
     def fields(self) -> BeatFields:
         state = "drained" if self.drained and self.health.state is not HealthState.failed else self.health.state.value
-        return BeatFields(state=state, reason=self.health.reason, version=self._version, lag=self._backlog())
+        return BeatFields(state=state, reason=self.health.reason, version=self._version(), lag=self._backlog())
 
     async def _beat_forever(self) -> None:
         while True:
@@ -74,3 +74,20 @@ class Supervisor:
 
     def _log_change(self, old: HealthState, new: HealthState, reason: str) -> None:
         log.warning("worker %s health %s -> %s: %s", self._worker_id, old.value, new.value, reason)
+
+
+async def beat_failed(redis: Redis, settings: WorkerSettings, worker_id: str,
+                      reason: str) -> Callable[[], Awaitable[None]]:
+    """Heartbeat `failed` with `reason` until the returned callback stops it (a worker that
+    could not load its model on its device)."""
+    heartbeat = Heartbeat(redis, model=settings.model, worker_id=worker_id, role=settings.role.value,
+                          device=settings.device, ttl_s=settings.heartbeat_ttl_s)
+    fields = BeatFields(state="failed", reason=reason, version="", lag=0)
+    beating = asyncio.create_task(heartbeat.run(settings.heartbeat_interval_s, lambda: fields))
+
+    async def stop_beating() -> None:
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)
+        await heartbeat.remove()
+
+    return stop_beating

@@ -5,6 +5,7 @@ deadline become `expired` results, requests this worker cannot serve become erro
 and the rest are ready for the model. Every record lands in exactly one of those.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,10 +57,12 @@ class Triage:
     expired: int = 0
 
 
-def triage(records: list[KafkaRecord], who: Provenance, now_ms: int) -> Triage:
+def triage(records: list[KafkaRecord], who: Provenance, now_ms: int, resident: Collection[str] = ()) -> Triage:
+    """`resident`: the versions a request may pin (default: only `who.version`)."""
     sorted_out = Triage()
+    pinnable = resident or (who.version,)
     for record in records:
-        _sort_one(record, who, now_ms, sorted_out)
+        _sort_one(record, who, now_ms, sorted_out, pinnable)
     return sorted_out
 
 
@@ -68,7 +71,7 @@ def _dead_letter(record: KafkaRecord, reason: str, code: str, who: Provenance) -
                       original=record.value or b"", worker=who.worker)
 
 
-def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage) -> None:
+def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, pinnable: Collection[str]) -> None:
     if not record.value:
         into.dead_letters.append(_dead_letter(record, "empty message", "empty", who))
         return
@@ -87,8 +90,8 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage) -
         message = f"request for model {request.model!r} reached a worker of {who.model!r}"
         into.answered.append(Outcome(request, who.error(request.id, "wrong_model", message)))
         return
-    if request.version is not None and request.version != who.version:
-        message = f"version {request.version!r} is not loaded here; serving {who.version!r}"
+    if request.version is not None and request.version not in pinnable:
+        message = f"version {request.version!r} is not loaded here; loaded: {', '.join(sorted(pinnable))}"
         into.answered.append(Outcome(request, who.error(request.id, "version_unavailable", message)))
         return
     try:

@@ -46,7 +46,9 @@ async def stack() -> FleetSettings:
 
 @pytest.fixture(scope="session")
 def worker_settings(stack: FleetSettings) -> WorkerSettings:
-    return WorkerSettings(model=MODEL, max_batch_size=32, max_queue_delay_ms=10, session_timeout_ms=6000)
+    # Caches off: these tests count what the model computes; tests of the caches switch them on.
+    return WorkerSettings(model=MODEL, max_batch_size=32, max_queue_delay_ms=10, session_timeout_ms=6000,
+                          exact_cache=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,133 @@
+"""The semantic cache in the batch path: one guarded FAISS index per model version, shared
+by every worker of that version through a compacted topic (workers/cache/semantic_log.py).
+
+The encoder (the INT8 MiniLM by default) runs batched over a version group's texts in a
+worker thread; its rows are kept on the group so the entries the model computes next are
+added without encoding twice.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaProducer
+
+from schemas.wire import CacheTier
+from workers.backends.base import Backend
+from workers.cache.exact import pack_outputs, unpack_outputs
+from workers.cache.metrics import CacheMetrics
+from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
+from workers.cache.semantic_log import SemanticLog
+from workers.delivery import Outcome
+from workers.settings import WorkerSettings
+from workers.stages import Computed, Prepared, VersionGroup, drop_rows
+
+log = logging.getLogger(__name__)
+
+
+class SemanticTier:
+    def __init__(self, settings: WorkerSettings, *, producer: AIOKafkaProducer, metrics: CacheMetrics,
+                 load_encoder: Callable[[], Backend]) -> None:
+        self._settings = settings
+        self._model = settings.model
+        self._producer = producer
+        self._metrics = metrics
+        self._load_encoder = load_encoder
+        self._encoder: Backend | None = None
+        self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
+        self._generation = 0
+
+    async def lookup(self, prepared: Prepared) -> None:
+        groups = [group for group in prepared.groups if group.ready]
+        if not groups:
+            return
+        if self._encoder is None:
+            self._encoder = await asyncio.to_thread(self._load_encoder)
+        caches = [await self._cache_of(group.who.version) for group in groups]
+        await asyncio.to_thread(self._lookup_groups, prepared, groups, caches)
+
+    def _lookup_groups(self, prepared: Prepared, groups: list[VersionGroup], caches: list[SemanticCache]) -> None:
+        assert self._encoder is not None
+        for group, cache in zip(groups, caches, strict=True):
+            group.vectors = self._encoder.infer([item.text for item in group.ready])
+            if not cache.enabled:
+                continue
+            served: dict[int, SemanticHit] = {}
+            for row, hit in enumerate(cache.lookup([item.text for item in group.ready], group.vectors)):
+                if hit is None:
+                    continue
+                self._metrics.semantic_similarity.labels(model=self._model).observe(hit.similarity)
+                if hit.verify:
+                    group.verifying[row] = hit
+                else:
+                    served[row] = hit
+            self._metrics.hits.labels(model=self._model, tier="semantic").inc(len(served))
+            self._metrics.misses.labels(model=self._model, tier="semantic").inc(len(group.ready) - len(served))
+            drop_rows(group, served, lambda row, item, group=group: Outcome(item.request, group.who.result(
+                item.request.id, group.who.served_status, outputs=unpack_outputs(served[row].outputs),
+                cache=CacheTier.semantic, similarity=round(served[row].similarity, 4))), prepared.triaged.answered)
+
+    async def remember(self, computed: Computed) -> None:
+        """Add what the model computed; score the sampled hits it computed to check them."""
+        additions: dict[str, tuple[list[str], list[int], list[bytes], VersionGroup]] = {}
+        for fresh in computed.fresh:
+            group = fresh.group
+            if group.vectors is None or group.who.version not in self._versions:
+                continue
+            cache, _ = self._versions[group.who.version]
+            outputs = fresh.result.outputs or {}
+            hit = group.verifying.get(fresh.row)
+            if hit is not None:
+                agreed = outputs_agree(unpack_outputs(hit.outputs), outputs)
+                cache.record_verification(hit, agreed)
+                self._metrics.semantic_verifications.labels(model=self._model, agreed=str(agreed).lower()).inc()
+                continue
+            texts, rows, packed, _ = additions.setdefault(group.who.version, ([], [], [], group))
+            texts.append(group.ready[fresh.row].text)
+            rows.append(fresh.row)
+            packed.append(pack_outputs(outputs))
+        for version, (texts, rows, packed, group) in additions.items():
+            cache, semantic_log = self._versions[version]
+            assert group.vectors is not None
+            vectors = group.vectors[rows]
+            cache.add(texts, vectors, packed, generation=self._generation)
+            await semantic_log.publish(texts, vectors, packed)
+        self._report()
+
+    async def set_generation(self, generation: int) -> bool:
+        """Follow `fleet cache clear`: a new generation drops every entry of the old one."""
+        if generation == self._generation:
+            return False
+        self._generation = generation
+        for cache, semantic_log in self._versions.values():
+            cache.clear()
+            semantic_log.set_generation(generation)
+        return True
+
+    async def stop(self) -> None:
+        for _, semantic_log in self._versions.values():
+            await semantic_log.stop()
+        self._versions.clear()
+
+    async def _cache_of(self, version: str) -> SemanticCache:
+        if version not in self._versions:
+            settings = self._settings
+            assert self._encoder is not None
+            cache = SemanticCache(self._encoder.manifest.embedding_dim, threshold=settings.semantic_threshold,
+                                  capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
+                                  false_hit_budget=settings.semantic_false_hit_budget)
+            semantic_log = SemanticLog(cache, model=self._model, version=version,
+                                       bootstrap=settings.kafka_bootstrap, producer=self._producer)
+            semantic_log.set_generation(self._generation)
+            loaded = await semantic_log.start()
+            log.info("semantic cache of %s rebuilt from its topic: %d entries", version, loaded)
+            self._versions[version] = (cache, semantic_log)
+        return self._versions[version][0]
+
+    def _report(self) -> None:
+        model = self._model
+        for cache, _ in self._versions.values():
+            self._metrics.semantic_threshold.labels(model=model).set(cache.threshold)
+            self._metrics.semantic_enabled.labels(model=model).set(1 if cache.enabled else 0)
+            self._metrics.verified_false_hit_rate.labels(model=model).set(cache.false_hit_rate)
+        self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c, _ in self._versions.values()))
