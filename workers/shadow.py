@@ -1,0 +1,168 @@
+"""The shadow worker: runs the candidate version beside the live one on real traffic, compares, reports.
+
+A member of its own consumer group (`<model>.shadow`) on the model's primary request topic,
+so it reads every request the live group reads without taking any from it. It is its own
+process, so the live path does not slow down: the two groups fetch independently, and
+`intra_op_threads` caps the CPU the shadow's models take on a shared host. It never
+delivers (see workers/shadow_engine.py); comparisons go to `fleet.shadow.<model>`, the
+stats hash `fleet:shadow:<model>:<candidate>` and its metrics.
+
+Which candidate: `shadow_candidate` when set, else the `candidate` pointer in
+`fleet:versions:<model>`, re-read about every second. With no candidate the worker keeps
+consuming and commits without comparing, so it never builds lag that a later candidate
+would have to wade through; it starts comparing with the first batch after a candidate
+appears.
+
+Life cycle as the live worker: `start()`, idempotent `stop()`, `async with`; `run()` until
+`request_stop()` (finish the batch, commit, leave) or, with burst=True, until the assigned
+partitions are drained. Offsets are committed after a batch's comparisons are published
+and its stats written; a redelivered batch is compared again (at-least-once, like results).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from contextlib import AsyncExitStack
+from typing import Self
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
+from redis.asyncio import Redis
+
+from fleet.topics import ensure_topics
+from schemas.names import comparisons_topic, consumer_group, requests_topic
+from workers.shadow_engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings
+
+__all__ = ["ShadowSettings", "ShadowWorker", "open_clients"]
+
+log = logging.getLogger(__name__)
+POLL_MS = 200
+
+
+async def open_clients(settings: ShadowSettings, exit_stack: AsyncExitStack, redis: Redis | None,
+                       producer: AIOKafkaProducer | None) -> tuple[Redis, AIOKafkaProducer]:
+    """The Redis and producer a shadow needs: the injected ones, else new ones closed by `exit_stack`."""
+    await ensure_topics(settings.kafka_bootstrap, [requests_topic(settings.model), comparisons_topic(settings.model)],
+                        settings.partitions)
+    if redis is None:
+        redis = Redis.from_url(settings.redis_url)
+        exit_stack.push_async_callback(redis.aclose)
+    if producer is None:
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5)
+        await producer.start()
+        exit_stack.push_async_callback(producer.stop)
+    return redis, producer
+
+
+class ShadowWorker:
+    def __init__(self, settings: ShadowSettings, *, redis: Redis | None = None,
+                 producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
+                 metrics: ShadowMetrics | None = None) -> None:
+        self.settings = settings
+        self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-shadow"
+        self.topic = requests_topic(settings.model)
+        self.group = settings.shadow_group or consumer_group(settings.model, "shadow")
+        self.metrics = metrics if metrics is not None else ShadowMetrics()
+        self.backends = BackendCache(settings, backends)
+        self._redis = redis
+        self._producer = producer
+        self._consumer: AIOKafkaConsumer | None = None
+        self._engine: ShadowEngine | None = None
+        self._exit = AsyncExitStack()
+        self._stop_requested = asyncio.Event()
+        self._started = False
+
+    @property
+    def engine(self) -> ShadowEngine:
+        if self._engine is None:
+            raise RuntimeError("shadow worker not started")
+        return self._engine
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        redis, producer = await open_clients(self.settings, self._exit, self._redis, self._producer)
+        self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
+        await self._engine.refresh_versions(force=True)
+        if self._engine.candidate is not None:
+            try:  # load before joining, so no batch waits for it; a failure is counted per batch instead
+                await self.backends.get(self._engine.candidate)
+            except Exception:
+                log.exception("shadow could not load candidate %s", self._engine.candidate)
+        self._consumer = AIOKafkaConsumer(
+            self.topic, bootstrap_servers=self.settings.kafka_bootstrap, group_id=self.group,
+            client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset=self.settings.shadow_start,
+            max_poll_records=self.settings.max_batch_size, metadata_max_age_ms=30_000,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
+        )
+        await self._consumer.start()
+        log.info("shadow %s on %s (group %s): candidate %s vs stable %s", self.worker_id, self.topic, self.group,
+                 self._engine.candidate or "none yet", self._engine.stable)
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+        await self._exit.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def request_stop(self) -> None:
+        """Finish the batch in hand, commit it, then return from `run()`."""
+        self._stop_requested.set()
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
+
+    async def run(self, burst: bool = False) -> int:
+        """Compare until asked to stop (or, in burst mode, until the backlog is drained); returns records read."""
+        consumer = self._require_consumer()
+        engine = self.engine
+        while not self._stop_requested.is_set():
+            fetched = await consumer.getmany(timeout_ms=POLL_MS, max_records=self.settings.max_batch_size)
+            records = [record for part in fetched.values() for record in part]
+            if records:
+                await engine.process(records)
+                await self._commit(consumer, records)
+            elif burst and await self._drained(consumer):
+                break
+        return engine.totals.records
+
+    def _require_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("shadow worker not started")
+        return self._consumer
+
+    @staticmethod
+    async def _drained(consumer: AIOKafkaConsumer) -> bool:
+        assigned = consumer.assignment()
+        if not assigned:
+            return False
+        ends = await consumer.end_offsets(list(assigned))
+        for tp in assigned:
+            if await consumer.position(tp) < ends[tp]:
+                return False
+        return True
+
+    @staticmethod
+    async def _commit(consumer: AIOKafkaConsumer, records: list[ConsumerRecord]) -> None:
+        offsets: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+        try:
+            await consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            # The partitions moved in a rebalance; the new owner compares these again.
+            log.warning("shadow commit after rebalance refused (%s); %d records will be compared again", exc,
+                        len(records))
