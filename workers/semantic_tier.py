@@ -12,12 +12,14 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 
-from schemas.wire import CacheTier
+from schemas.names import semantic_cache_topic
+from schemas.wire import CacheTier, now_ms
 from workers.backends.base import Backend
 from workers.cache.exact import pack_outputs, unpack_outputs
 from workers.cache.metrics import CacheMetrics
 from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
-from workers.cache.semantic_log import SemanticLog
+from workers.cache.keys import canonical_text
+from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.delivery import Outcome
 from workers.settings import WorkerSettings
 from workers.stages import Computed, Prepared, VersionGroup, drop_rows
@@ -36,6 +38,7 @@ class SemanticTier:
         self._encoder: Backend | None = None
         self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
         self._generation = 0
+        self._evictions_seen = 0
 
     async def lookup(self, prepared: Prepared) -> None:
         groups = [group for group in prepared.groups if group.ready]
@@ -53,7 +56,7 @@ class SemanticTier:
             if not cache.enabled:
                 continue
             served: dict[int, SemanticHit] = {}
-            for row, hit in enumerate(cache.lookup([item.text for item in group.ready], group.vectors)):
+            for row, hit in enumerate(cache.lookup([canonical_text(item.text) for item in group.ready], group.vectors)):
                 if hit is None:
                     continue
                 self._metrics.semantic_similarity.labels(model=self._model).observe(hit.similarity)
@@ -83,7 +86,7 @@ class SemanticTier:
                 self._metrics.semantic_verifications.labels(model=self._model, agreed=str(agreed).lower()).inc()
                 continue
             texts, rows, packed, _ = additions.setdefault(group.who.version, ([], [], [], group))
-            texts.append(group.ready[fresh.row].text)
+            texts.append(canonical_text(group.ready[fresh.row].text))
             rows.append(fresh.row)
             packed.append(pack_outputs(outputs))
         for version, (texts, rows, packed, group) in additions.items():
@@ -91,7 +94,8 @@ class SemanticTier:
             assert group.vectors is not None
             vectors = group.vectors[rows]
             cache.add(texts, vectors, packed, generation=self._generation)
-            await semantic_log.publish(texts, vectors, packed)
+            await semantic_log.publish([SemanticEntry(text, vector, outputs, self._generation, now_ms())
+                                        for text, vector, outputs in zip(texts, vectors, packed, strict=True)])
         self._report()
 
     async def set_generation(self, generation: int) -> bool:
@@ -116,9 +120,8 @@ class SemanticTier:
             cache = SemanticCache(self._encoder.manifest.embedding_dim, threshold=settings.semantic_threshold,
                                   capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
                                   false_hit_budget=settings.semantic_false_hit_budget)
-            semantic_log = SemanticLog(cache, model=self._model, version=version,
-                                       bootstrap=settings.kafka_bootstrap, producer=self._producer)
-            semantic_log.set_generation(self._generation)
+            semantic_log = SemanticLog(cache, bootstrap=settings.kafka_bootstrap, producer=self._producer,
+                                       topic=semantic_cache_topic(self._model, version), generation=self._generation)
             loaded = await semantic_log.start()
             log.info("semantic cache of %s rebuilt from its topic: %d entries", version, loaded)
             self._versions[version] = (cache, semantic_log)
@@ -130,4 +133,9 @@ class SemanticTier:
             self._metrics.semantic_threshold.labels(model=model).set(cache.threshold)
             self._metrics.semantic_enabled.labels(model=model).set(1 if cache.enabled else 0)
             self._metrics.verified_false_hit_rate.labels(model=model).set(cache.false_hit_rate)
-        self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c, _ in self._versions.values()))
+        caches = [cache for cache, _ in self._versions.values()]
+        self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))
+        self._metrics.bytes.labels(model=model, tier="semantic").set(sum(c.nbytes for c in caches))
+        evictions = sum(c.evictions for c in caches)
+        self._metrics.evictions.labels(model=model, tier="semantic").inc(max(evictions - self._evictions_seen, 0))
+        self._evictions_seen = evictions

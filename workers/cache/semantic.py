@@ -1,0 +1,325 @@
+"""The semantic cache of one model version: answers an input whose embedding is close to one
+already computed, when the guards find no meaning-critical difference between the two texts.
+
+Index: FAISS inner product over L2-normalised float32 rows (= cosine similarity). Entries
+live in up to `segments` FIFO segments of `capacity / segments` rows each; when the cache is
+full, the oldest segment is dropped whole. That bounds the vectors held at `capacity` with
+no per-entry removal, which matters because HNSW (used when `capacity > hnsw_above`, where
+a flat scan per lookup costs too much) cannot remove vectors: dropping a segment frees its
+graph at once, and a replaced entry is only a tombstone until its segment goes. Below that
+size each segment is an exact IndexFlatIP.
+
+Correctness is measured, not assumed: `verify` marks a sampled share of hits that the
+caller also computes with the model; `record_verification` feeds the comparison into a
+sliding window, and a verified false-hit rate above the budget raises the threshold one
+step, then switches the cache off past `max_threshold`. Both are logged as WARNINGs.
+
+Thread-safety: one lock around every method, since worker threads look up and add while
+the log follower adds from the event loop thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from workers.cache.guards import meaning_conflict
+
+log = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 0.90  # `fleet cache-eval`: the seed's 0.95 serves too few paraphrases; see its table
+TOP_K = 4
+EMBEDDING_AGREEMENT = 0.99
+
+Guard = Callable[[str, str], "str | None"]
+
+
+def entry_key(text: str) -> bytes:
+    """Digest of a canonical text: the dedupe key in the cache and the record key on the log."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class SemanticHit:
+    outputs: bytes  # msgpack of the cached result's outputs
+    similarity: float
+    matched_text: str
+    verify: bool  # sampled: the caller should also compute this input and call record_verification
+    threshold: float  # the threshold the hit passed
+
+
+@dataclass
+class _Entry:
+    key: bytes
+    text: str
+    outputs: bytes
+    generation: int
+
+
+@dataclass
+class _Segment:
+    index: faiss.Index
+    ids: list[int] = field(default_factory=list)
+
+
+def outputs_agree(cached: Mapping[str, Any], computed: Mapping[str, Any]) -> bool:
+    """Whether a cached answer is as good as the model's: same `label` for classifiers, cosine
+    >= 0.99 for embeddings, equality otherwise."""
+    if "label" in cached or "label" in computed:
+        return cached.get("label") == computed.get("label")
+    if "embedding" in cached and "embedding" in computed:
+        a = np.asarray(cached["embedding"], dtype=np.float64)
+        b = np.asarray(computed["embedding"], dtype=np.float64)
+        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+        return a.shape == b.shape and norms > 0 and float(a @ b) / norms >= EMBEDDING_AGREEMENT
+    return dict(cached) == dict(computed)
+
+
+class SemanticCache:
+    """Near-duplicate answers for one model version (see the module docstring)."""
+
+    def __init__(self, dim: int, *, threshold: float = DEFAULT_THRESHOLD, capacity: int = 100_000,
+                 verify_fraction: float = 0.05, false_hit_budget: float = 0.01, min_verifications: int = 100,
+                 window: int = 1000, threshold_step: float = 0.01, max_threshold: float = 0.99,
+                 segments: int = 4, hnsw_above: int = 20_000, guard: Guard | None = meaning_conflict,
+                 seed: int = 0) -> None:
+        if dim < 1 or capacity < 1 or segments < 1:
+            raise ValueError("dim, capacity and segments must be positive")
+        if not 0 < threshold <= 1 or not 0 <= verify_fraction <= 1 or min_verifications < 1:
+            raise ValueError("threshold in (0, 1], verify_fraction in [0, 1], min_verifications >= 1")
+        self.dim = dim
+        self.capacity = capacity
+        self.verify_fraction = verify_fraction
+        self.false_hit_budget = false_hit_budget
+        self.min_verifications = min_verifications
+        self.threshold_step = threshold_step
+        self.max_threshold = max_threshold
+        self.guard = guard
+        self.hnsw = capacity > hnsw_above
+        self._segment_rows = max(1, -(-capacity // segments))
+        self._threshold = threshold
+        self._enabled = True
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+        self._window: deque[bool] = deque(maxlen=window)  # True = the verified hit was false
+        self._segments: list[_Segment] = []
+        self._entries: dict[int, _Entry] = {}
+        self._by_key: dict[bytes, int] = {}
+        self._next_id = 0
+        self._vectors = 0
+        self._counts = {"hits": 0, "misses": 0, "verified": 0, "false_hits": 0, "evictions": 0, "blocked": 0}
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def threshold(self) -> float:
+        return self._threshold
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def entries(self) -> int:
+        """Live entries (replaced ones excluded)."""
+        return len(self._entries)
+
+    @property
+    def vectors(self) -> int:
+        """Rows held by the index, tombstones included: never above `capacity`."""
+        return self._vectors
+
+    @property
+    def nbytes(self) -> int:
+        """Rough memory of the vectors (HNSW links excluded) plus the stored texts and outputs."""
+        with self._lock:
+            stored = sum(len(e.text) + len(e.outputs) + 64 for e in self._entries.values())
+        return self._vectors * self.dim * 4 + stored
+
+    @property
+    def hits(self) -> int:
+        """Lookups answered since start."""
+        return self._counts["hits"]
+
+    @property
+    def misses(self) -> int:
+        """Lookups not answered while the cache was enabled."""
+        return self._counts["misses"]
+
+    @property
+    def blocked(self) -> int:
+        """Misses where a neighbour passed the threshold but the guard refused every one."""
+        return self._counts["blocked"]
+
+    @property
+    def evictions(self) -> int:
+        """Live entries dropped to stay within capacity."""
+        return self._counts["evictions"]
+
+    @property
+    def verified(self) -> int:
+        """Hits checked against the model."""
+        return self._counts["verified"]
+
+    @property
+    def false_hits(self) -> int:
+        """Verified hits the model disagreed with."""
+        return self._counts["false_hits"]
+
+    @property
+    def false_hit_rate(self) -> float:
+        """Share of disagreements among the verifications in the window at the current threshold."""
+        with self._lock:
+            return sum(self._window) / len(self._window) if self._window else 0.0
+
+    # --- lookups and adds ----------------------------------------------------------------
+
+    def lookup(self, texts: Sequence[str], vectors: npt.ArrayLike) -> list[SemanticHit | None]:
+        """Per text: the best of its TOP_K neighbours at or above the threshold that the guard passes."""
+        if not texts:
+            return []
+        queries = self._rows(vectors, len(texts))
+        with self._lock:
+            if not self._enabled:
+                return [None] * len(texts)
+            candidates = self._search(queries)
+            found = [self._best(text, row) for text, row in zip(texts, candidates)]
+            hits = sum(hit is not None for hit in found)
+            self._counts["hits"] += hits
+            self._counts["misses"] += len(found) - hits
+            return found
+
+    def add(self, texts: Sequence[str], vectors: npt.ArrayLike, outputs: Sequence[bytes], generation: int = 0) -> int:
+        """Store computed answers; a text already held keeps its entry unless this generation is newer.
+        Returns how many entries were stored."""
+        if len(texts) != len(outputs):
+            raise ValueError(f"{len(texts)} texts but {len(outputs)} outputs")
+        if not texts:
+            return 0
+        rows = self._rows(vectors, len(texts))
+        with self._lock:
+            keep: list[int] = []
+            batch_keys: set[bytes] = set()
+            for i, text in enumerate(texts):
+                key = entry_key(text)
+                held = self._by_key.get(key)
+                if key in batch_keys or (held is not None and self._entries[held].generation >= generation):
+                    continue
+                if held is not None:
+                    del self._entries[held]  # tombstone: its vector goes with its segment
+                batch_keys.add(key)
+                keep.append(i)
+            for i in keep:
+                self._append(rows[i], _Entry(entry_key(texts[i]), texts[i], outputs[i], generation))
+            return len(keep)
+
+    def clear(self) -> None:
+        """Drop every entry (a generation bump or `fleet cache clear`); threshold and counters stay."""
+        with self._lock:
+            self._segments.clear()
+            self._entries.clear()
+            self._by_key.clear()
+            self._vectors = 0
+
+    # --- self-measurement ----------------------------------------------------------------
+
+    def record_verification(self, hit: SemanticHit, agreed: bool) -> None:
+        """Count a verified hit; past the false-hit budget raise the threshold or switch off."""
+        with self._lock:
+            self._counts["verified"] += 1
+            self._counts["false_hits"] += not agreed
+            if not self._enabled or hit.threshold < self._threshold:
+                return  # served under an older threshold: says nothing about the current one
+            self._window.append(not agreed)
+            if len(self._window) < self.min_verifications:
+                return
+            rate = sum(self._window) / len(self._window)
+            if rate <= self.false_hit_budget:
+                return
+            self._window.clear()
+            raised = round(self._threshold + self.threshold_step, 6)
+            if raised > self.max_threshold + 1e-9:
+                self._enabled = False
+                log.warning("semantic cache switched OFF: verified false-hit rate %.2f%% is above the budget of "
+                            "%.2f%% at threshold %.3f, and raising it would pass the maximum %.3f",
+                            100 * rate, 100 * self.false_hit_budget, self._threshold, self.max_threshold)
+            else:
+                log.warning("semantic cache threshold raised %.3f -> %.3f: verified false-hit rate %.2f%% is above "
+                            "the budget of %.2f%%", self._threshold, raised, 100 * rate, 100 * self.false_hit_budget)
+                self._threshold = raised
+
+    def _sample_verify(self) -> bool:
+        return bool(self._rng.random() < self.verify_fraction)
+
+    # --- internals (lock held) -----------------------------------------------------------
+
+    def _rows(self, vectors: npt.ArrayLike, count: int) -> npt.NDArray[np.float32]:
+        rows = np.array(vectors, dtype=np.float32, order="C", copy=True)
+        if rows.ndim != 2 or rows.shape != (count, self.dim):
+            raise ValueError(f"expected vectors of shape ({count}, {self.dim}), got {rows.shape}")
+        faiss.normalize_L2(rows)
+        return rows
+
+    def _search(self, queries: npt.NDArray[np.float32]) -> list[list[tuple[float, int]]]:
+        merged: list[list[tuple[float, int]]] = [[] for _ in range(len(queries))]
+        for segment in self._segments:
+            # Tombstones can crowd out live rows: ask for a few more than TOP_K.
+            scores, ids = segment.index.search(queries, min(2 * TOP_K, len(segment.ids)))
+            for row, (row_scores, row_ids) in enumerate(zip(scores.tolist(), ids.tolist())):
+                merged[row] += [(s, i) for s, i in zip(row_scores, row_ids) if i in self._entries]
+        return [sorted(row, reverse=True)[:TOP_K] for row in merged]
+
+    def _best(self, text: str, candidates: list[tuple[float, int]]) -> SemanticHit | None:
+        refused = False
+        for similarity, entry_id in candidates:
+            if similarity < self._threshold:
+                break
+            entry = self._entries[entry_id]
+            if self.guard is not None and entry.text != text and self.guard(text, entry.text) is not None:
+                refused = True
+                continue
+            return SemanticHit(outputs=entry.outputs, similarity=min(1.0, float(similarity)), matched_text=entry.text,
+                               verify=self._sample_verify(), threshold=self._threshold)
+        self._counts["blocked"] += refused
+        return None
+
+    def _append(self, row: npt.NDArray[np.float32], entry: _Entry) -> None:
+        if self._vectors >= self.capacity:
+            self._drop_oldest_segment()
+        if not self._segments or len(self._segments[-1].ids) >= self._segment_rows:
+            self._segments.append(_Segment(self._new_index()))
+        segment = self._segments[-1]
+        entry_id = self._next_id
+        self._next_id += 1
+        segment.index.add_with_ids(row[None, :], np.array([entry_id], dtype=np.int64))
+        segment.ids.append(entry_id)
+        self._entries[entry_id] = entry
+        self._by_key[entry.key] = entry_id
+        self._vectors += 1
+
+    def _drop_oldest_segment(self) -> None:
+        oldest = self._segments.pop(0)
+        self._vectors -= len(oldest.ids)
+        for entry_id in oldest.ids:
+            entry = self._entries.pop(entry_id, None)
+            if entry is not None:
+                self._counts["evictions"] += 1
+                if self._by_key.get(entry.key) == entry_id:
+                    del self._by_key[entry.key]
+
+    def _new_index(self) -> faiss.Index:
+        if self.hnsw:
+            inner = faiss.IndexHNSWFlat(self.dim, 32, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efSearch = 64
+        else:
+            inner = faiss.IndexFlatIP(self.dim)
+        return faiss.IndexIDMap(inner)
