@@ -178,6 +178,8 @@ class ShadowSnapshot:
     label_agreed: int | None = None
     live_ms_sum: float = 0.0
     shadow_ms_sum: float = 0.0
+    errors: int = 0  # requests the candidate failed on in shadow: not compared, so not in `compared`
+    live_timed: int | None = None  # comparisons with a live timing (cache hits have none); None: all
 
     @property
     def agreement(self) -> float | None:
@@ -188,9 +190,17 @@ class ShadowSnapshot:
         return self.cosine_sum / self.compared if self.compared and self.cosine_sum is not None else None
 
     @property
+    def error_rate(self) -> float | None:
+        attempts = self.compared + self.errors
+        return self.errors / attempts if attempts else None
+
+    @property
     def latency_delta_ms(self) -> float | None:
-        """Mean shadow minus mean live latency per compared request."""
-        return (self.shadow_ms_sum - self.live_ms_sum) / self.compared if self.compared else None
+        """Mean shadow latency minus mean live latency."""
+        live_timed = self.compared if self.live_timed is None else self.live_timed
+        if not self.compared or not live_timed:
+            return None
+        return self.shadow_ms_sum / self.compared - self.live_ms_sum / live_timed
 
     @classmethod
     def from_hash(cls, raw: Mapping[bytes | str, bytes | str]) -> ShadowSnapshot:
@@ -203,7 +213,9 @@ class ShadowSnapshot:
         return cls(compared=int(float(fields.get("compared", 0))), agreed=int(float(fields.get("agreed", 0))),
                    cosine_sum=number("cosine_sum"),
                    label_agreed=None if label_agreed is None else int(label_agreed),
-                   live_ms_sum=number("live_ms_sum") or 0.0, shadow_ms_sum=number("shadow_ms_sum") or 0.0)
+                   live_ms_sum=number("live_ms_sum") or 0.0, shadow_ms_sum=number("shadow_ms_sum") or 0.0,
+                   errors=int(number("errors") or 0),
+                   live_timed=None if "live_timed" not in fields else int(float(fields["live_timed"])))
 
 
 async def read_shadow(redis: Redis, model: str, candidate: str) -> ShadowSnapshot:
