@@ -7,6 +7,8 @@
     fleet bench [--quick]           batching benchmark through the whole fleet
     fleet lag | scale | consistency operate consumer groups, check served answers
     fleet workers | drain | undrain live workers and taking one out of service
+    fleet models | rollout | shadow model versions, staged rollout, shadow comparisons
+    fleet cache clear|stats         result caches (cache-eval, bench-cache-memory: their checks)
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
 """
 
@@ -31,6 +33,12 @@ DELEGATES = {
     "workers": ("fleet.workers_cli", "live workers: role, device, health, lag, version, heartbeat age"),
     "drain": ("fleet.workers_cli:drain_main", "take a worker out of service until undrained"),
     "undrain": ("fleet.workers_cli:undrain_main", "let a drained worker take work again"),
+    "models": ("fleet.models_cli", "registered versions, their manifests and pointers; register a version"),
+    "rollout": ("fleet.rollout_cli", "staged rollout of a candidate: start | status | promote | pause | resume | rollback"),
+    "shadow": ("fleet.shadow_cli", "shadow the candidate version: run | replay a past window | report agreement"),
+    "cache": ("fleet.cache_cli", "clear or inspect a model's result caches"),
+    "cache-eval": ("fleet.cache_eval", "semantic cache false-hit evaluation on paraphrase and near-miss pairs"),
+    "bench-cache-memory": ("fleet.bench_cache_memory", "exact cache RSS against its configured bound"),
 }
 
 

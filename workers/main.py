@@ -10,6 +10,7 @@ from prometheus_client import start_http_server
 from fleet.logs import configure_logging
 from workers.consumer import Worker
 from workers.settings import Role, WorkerSettings
+from workers.shadow import ShadowSettings, ShadowWorker
 from workers.takeover import PrimaryTakeover
 
 
@@ -34,13 +35,29 @@ async def serve(settings: WorkerSettings, *, burst: bool) -> int:
             await asyncio.gather(takeover, return_exceptions=True)
 
 
+async def serve_shadow(settings: ShadowSettings, *, burst: bool) -> int:
+    """A shadow consumer: the candidate beside the live version, compared, never delivered."""
+    async with ShadowWorker(settings) as worker:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.request_stop)
+        if settings.metrics_port is not None:
+            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
+        print(f"worker {worker.worker_id} ready: shadow of {settings.model}, candidate {worker.engine.candidate}",
+              flush=True)
+        return await worker.run(burst=burst)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve one model from its Kafka request topic. Settings: FLEET_* env vars.")
     parser.add_argument("--burst", action="store_true", help="drain the backlog, then exit")
     args = parser.parse_args(argv)
     settings = WorkerSettings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
-    processed = asyncio.run(serve(settings, burst=args.burst))
+    if settings.role is Role.shadow:
+        processed = asyncio.run(serve_shadow(ShadowSettings(), burst=args.burst))
+    else:
+        processed = asyncio.run(serve(settings, burst=args.burst))
     logging.getLogger(__name__).info("worker stopped after %d records", processed)
 
 
