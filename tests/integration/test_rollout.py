@@ -110,11 +110,11 @@ async def traffic(redis: Redis, model: str, stop: asyncio.Event, *, candidate_er
 
 
 async def started(redis: Redis, model: str, plan: RolloutPlan = FAST_PLAN, agreed: int = 500,
-                  events: list[RolloutEvent] | None = None) -> RolloutController:
+                  events: list[RolloutEvent] | None = None, cosine_sum: float = 499.0) -> RolloutController:
     pointers = VersionPointers(redis, model)
     await pointers.set_stable(STABLE.format(model=model), "tester@host", "baseline")
     await redis.hset(shadow_stats_key(model, CANDIDATE.format(model=model)),
-                     mapping={"compared": 500, "agreed": agreed, "cosine_sum": 499.0})
+                     mapping={"compared": 500, "agreed": agreed, "cosine_sum": cosine_sum})
     controller = RolloutController(redis, model, plan, on_event=(events.append if events is not None else None))
     await controller.start(CANDIDATE.format(model=model), "tester@host")
     return controller
@@ -225,10 +225,11 @@ async def test_clean_candidate_reaches_100_and_becomes_stable(redis: Redis, mode
 
 
 async def test_low_shadow_agreement_rolls_back_before_any_traffic(redis: Redis, model: str) -> None:
-    controller = await started(redis, model, agreed=400)
+    controller = await started(redis, model, agreed=400, cosine_sum=490.0)
     outcome = await asyncio.wait_for(controller.run(poll_s=POLL_S), 10)
     assert outcome.result == "rolled_back"
-    assert outcome.reason == "agreement gate: shadow agreement 80.0% < 99.0% over 500 compared at shadow"
+    # An embedding model's agreement is its mean cosine (a classifier's: labels that match).
+    assert outcome.reason == "agreement gate: shadow mean cosine 0.9800 < 0.9900 over 500 compared at shadow"
     assert not any(e.action == "rollout-canary" for e in await controller.pointers.history(10))
 
 

@@ -174,3 +174,12 @@ async def test_stats_recorder_never_raises_into_the_worker() -> None:
 def test_bucket_fields_are_named_by_upper_bound() -> None:
     assert BUCKET_FIELDS[bucket_index(10)] == "le_10" and BUCKET_FIELDS[bucket_index(10.01)] == "le_15"
     assert BUCKET_FIELDS[bucket_index(1.2)] == "le_1.5" and BUCKET_FIELDS[-1] == "le_inf"
+
+
+def test_an_embedding_candidate_is_judged_by_mean_cosine_not_per_request_agreement() -> None:
+    # An INT8 build: most rows below a 0.99 per-request cosine, yet a mean of 0.992 (measured on MiniLM).
+    int8_like = ShadowSnapshot(compared=300, agreed=260, cosine_sum=300 * 0.992)
+    assert evaluate_shadow(PLAN, elapsed_s=PLAN.shadow_min_s + 1, shadow=int8_like).verdict == Verdict.passed
+    drifted = ShadowSnapshot(compared=300, agreed=300, cosine_sum=300 * 0.97)
+    result = evaluate_shadow(PLAN, elapsed_s=1, shadow=drifted)
+    assert result.verdict == Verdict.breach and "mean cosine 0.9700" in result.reason

@@ -31,7 +31,11 @@ class RolloutPlan(BaseModel):
     shadow_min_s: float = Field(300.0, ge=0, description="Least time in shadow before the first stage")
     shadow_min_compared: int = Field(200, ge=0, description="Shadow comparisons needed to judge agreement; "
                                      "0 lets a rollout without shadow consumers pass the shadow gate")
-    min_agreement: float = Field(0.99, ge=0, le=1, description="Least shadow agreement (agreed / compared)")
+    min_agreement: float = Field(0.99, ge=0, le=1, description="Least shadow agreement (agreed / compared) of a "
+                                 "classifier: labels that match")
+    min_mean_cosine: float = Field(0.99, ge=-1, le=1, description="Least mean cosine between candidate and live "
+                                   "embeddings: an embedding model's agreement gate (INT8 rows differ a little "
+                                   "everywhere, so per-request agreement would refuse every quantised build)")
     max_error_rate: float = Field(0.01, ge=0, le=1, description="Candidate error rate always allowed")
     max_error_rate_ratio: float = Field(2.0, ge=1, description="Candidate error rate allowed as a multiple of "
                                         "stable's, when that is above max_error_rate")
@@ -64,6 +68,7 @@ class RolloutSettings(FleetSettings):
     rollout_shadow_min_s: float = 300.0
     rollout_shadow_min_compared: int = 200
     rollout_min_agreement: float = 0.99
+    rollout_min_mean_cosine: float = 0.99
     rollout_max_error_rate: float = 0.01
     rollout_max_error_rate_ratio: float = 2.0
     rollout_max_p99_ratio: float = 1.5
@@ -148,6 +153,12 @@ def check_agreement(plan: RolloutPlan, shadow: ShadowSnapshot, where: str) -> Ga
         return GateCheck("agreement", Verdict.passed, "no shadow comparisons (none required)")
     if shadow.compared < max(1, plan.shadow_min_compared):
         return GateCheck("agreement", Verdict.wait, f"{shadow.compared}/{plan.shadow_min_compared} compared")
+    if shadow.mean_cosine is not None:
+        figures = f"shadow mean cosine {shadow.mean_cosine:.4f}"
+        if shadow.mean_cosine < plan.min_mean_cosine:
+            return GateCheck("agreement", Verdict.breach, f"{figures} < {plan.min_mean_cosine:.4f} "
+                             f"over {shadow.compared} compared at {where}")
+        return GateCheck("agreement", Verdict.passed, f"{figures} >= {plan.min_mean_cosine:.4f}")
     agreement = shadow.agreement or 0.0
     figures = f"shadow agreement {_pct(agreement)}"
     if agreement < plan.min_agreement:
