@@ -98,6 +98,11 @@ class SemanticTier:
                                         for text, vector, outputs in zip(texts, vectors, packed, strict=True)])
         self._report()
 
+    def cache_of(self, version: str) -> SemanticCache | None:
+        """The semantic cache of one version, once traffic for it has been seen."""
+        entry = self._versions.get(version)
+        return entry[0] if entry is not None else None
+
     async def set_generation(self, generation: int) -> bool:
         """Follow `fleet cache clear`: a new generation drops every entry of the old one."""
         if generation == self._generation:
@@ -119,7 +124,8 @@ class SemanticTier:
             assert self._encoder is not None
             cache = SemanticCache(self._encoder.manifest.embedding_dim, threshold=settings.semantic_threshold,
                                   capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
-                                  false_hit_budget=settings.semantic_false_hit_budget)
+                                  false_hit_budget=settings.semantic_false_hit_budget,
+                                  min_verifications=settings.semantic_min_verifications)
             semantic_log = SemanticLog(cache, bootstrap=settings.kafka_bootstrap, producer=self._producer,
                                        topic=semantic_cache_topic(self._model, version), generation=self._generation)
             loaded = await semantic_log.start()

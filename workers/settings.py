@@ -101,5 +101,7 @@ class WorkerSettings(FleetSettings):
                                             "computed by the model to measure the false-hit rate")
     semantic_false_hit_budget: float = Field(0.01, ge=0, le=1, description="Verified false-hit rate above which "
                                              "the semantic cache raises its threshold, then switches off")
+    semantic_min_verifications: int = Field(100, ge=1, description="Verified hits needed before the false-hit "
+                                            "budget is judged")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: str = Field("int8", description="Precision of the semantic cache's encoder")
