@@ -1,0 +1,69 @@
+"""A shadow consumer beside a live worker: its own process and group, compared, never in the way."""
+
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from gateway.client import FleetClient
+from schemas.names import shadow_stats_key
+from tests.integration.conftest import MODEL, ROOT, Process, start_worker
+from workers.registry import ModelRegistry
+from workers.settings import WorkerSettings
+
+BLOCK = 40
+
+
+async def sequential_latencies_ms(client: FleetClient, label: str, count: int) -> tuple[list[float], set[str | None]]:
+    latencies, workers = [], set()
+    for i in range(count):
+        started = time.perf_counter()
+        result = await client.infer(MODEL, f"shadow latency {label} {i} {uuid.uuid4().hex[:8]}", timeout=30)
+        latencies.append((time.perf_counter() - started) * 1000)
+        workers.add(result.worker)
+    return latencies, workers
+
+
+async def test_int8_shadow_reports_agreement_and_leaves_live_latency_alone(
+        client: FleetClient, redis: Redis, processes: list[Process], tmp_path: Path) -> None:
+    fp32 = ModelRegistry(WorkerSettings().registry_dir).resolve(MODEL, precision="fp32").id
+    int8 = ModelRegistry(WorkerSettings().registry_dir).resolve(MODEL, precision="int8").id
+    await redis.delete(shadow_stats_key(MODEL, int8))
+    start_worker(processes, tmp_path, "live", FLEET_EXACT_CACHE="false", FLEET_INTRA_OP_THREADS="1",
+                 FLEET_MODEL_VERSION=fp32)
+    await sequential_latencies_ms(client, "warm-up", 20)
+    off: list[float] = []
+    on: list[float] = []
+    live_workers: set[str | None] = set()
+    shadow: Process | None = None
+    # Alternate blocks with the shadow off and on, so drift on a shared machine hits both alike.
+    for round_ in range(3):
+        latencies, seen = await sequential_latencies_ms(client, f"off {round_}", BLOCK)
+        off += latencies
+        live_workers |= seen
+        shadow = start_worker(processes, tmp_path, f"shadow-{round_}", FLEET_ROLE="shadow", FLEET_SHADOW_CANDIDATE=int8,
+                              FLEET_SHADOW_GROUP=f"{MODEL}.shadow-test-{uuid.uuid4().hex[:8]}",
+                              FLEET_INTRA_OP_THREADS="1", FLEET_SHADOW_GRACE_MS="2000")
+        await sequential_latencies_ms(client, f"settle {round_}", 5)
+        latencies, seen = await sequential_latencies_ms(client, f"on {round_}", BLOCK)
+        on += latencies
+        live_workers |= seen
+        time.sleep(1.0)  # let the shadow catch up before it stops
+        shadow.stop()
+    p50_off, p50_on = statistics.median(off), statistics.median(on)
+    print(f"\nlive p50 with shadow off {p50_off:.1f} ms, on {p50_on:.1f} ms ({p50_on / p50_off - 1:+.1%})")
+    assert live_workers == {"live"}, "only the live worker may answer; a shadow never delivers"
+    assert p50_on <= 1.10 * p50_off
+
+    report = subprocess.run([sys.executable, "-m", "fleet.cli", "shadow", "report", MODEL, "--candidate", int8],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    print(report.stdout)
+    assert report.returncode == 0, report.stderr
+    assert "agreement" in report.stdout.lower() and int8 in report.stdout
+    stats = {k.decode(): float(v) for k, v in (await redis.hgetall(shadow_stats_key(MODEL, int8))).items()}
+    assert stats["compared"] >= BLOCK
+    assert stats["cosine_sum"] / stats["compared"] > 0.98
