@@ -98,3 +98,8 @@ def shadow_stats_key(model: str, version: str) -> str:
 def comparisons_topic(model: str) -> str:
     """Shadow comparisons of a model: one record per compared request."""
     return f"{TOPIC_PREFIX}.shadow.{model}"
+
+
+def rollout_report_key(model: str) -> str:
+    """Redis string (JSON, short TTL) with the rollout controller's latest gate evaluation, for `fleet rollout status`."""
+    return f"{TOPIC_PREFIX}:rollout:{model}:report"

@@ -383,13 +383,8 @@ class Worker:
         return self._collector.last_backlog if self._consumer is not None else {}
 
     def _observe_backlog(self) -> None:
-        role = self.settings.role.value
         owned = self._collector_backlog()
-        for tp, waiting in owned.items():
-            self.metrics.backlog.labels(model=self.settings.model, role=role, partition=str(tp.partition)).set(waiting)
-        # A partition that moved to another worker is theirs to report; a stale value here would double count.
-        for tp in self._reported_partitions - owned.keys():
-            self.metrics.backlog.remove(self.settings.model, role, str(tp.partition))
+        self.metrics.observe_backlog(self.settings.model, self.settings.role.value, owned, self._reported_partitions)
         self._reported_partitions = set(owned)
 
     @property

@@ -5,9 +5,10 @@ computes. compose/prometheus/alerts.yml and the Grafana dashboard read these nam
 test checks that every name they use is defined here (or in gateway/app.py).
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Set
 from typing import TYPE_CHECKING
 
+from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -76,6 +77,14 @@ class WorkerMetrics:
         self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
 
+
+    def observe_backlog(self, model: str, role: str, owned: Mapping[TopicPartition, int],
+                        reported_before: Set[TopicPartition]) -> None:
+        for tp, waiting in owned.items():
+            self.backlog.labels(model=model, role=role, partition=str(tp.partition)).set(waiting)
+        # A partition that moved to another worker is theirs to report; a stale value here would double count.
+        for tp in reported_before - owned.keys():
+            self.backlog.remove(model, role, str(tp.partition))
 
     def observe_batch(self, labels: dict[str, str], batch: "Computed") -> None:
         """Everything one delivered micro-batch says about latency, sizes and outcomes."""

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
-from schemas.names import TOPIC_PREFIX
+from schemas.names import TOPIC_PREFIX, rollout_report_key
 from workers.registry import ModelRegistry
 from workers.versions.pointers import (
     ACTIVE_STATES,
@@ -49,13 +49,6 @@ log = logging.getLogger(__name__)
 CONTROLLER_ACTOR = "rollout-controller"
 Result = Literal["promoted", "rolled_back", "stopped"]
 
-
-def rollout_report_key(model: str) -> str:
-    """Redis string (JSON, short TTL) with the controller's latest gate evaluation, for `fleet rollout status`.
-
-    Not a pointer: written every poll without an audit entry, and gone soon after the controller stops.
-    """
-    return f"{TOPIC_PREFIX}:rollout:{model}:report"
 
 
 @dataclass(frozen=True)
