@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from gateway.client import FleetClient
 from schemas.names import requests_topic, result_key
 from schemas.wire import ReplyTo, Request, Result, Status
-from tests.integration.conftest import MODEL, Process, start_worker
+from tests.integration.conftest import MODEL, Process
 from workers.heartbeat import list_workers
 from workers.settings import Role, WorkerSettings
 from workers.takeover import PrimaryTakeover

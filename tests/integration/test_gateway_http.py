@@ -3,7 +3,6 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import numpy as np

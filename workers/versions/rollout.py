@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
-from schemas.names import TOPIC_PREFIX, rollout_report_key
+from schemas.names import rollout_report_key
 from workers.registry import ModelRegistry
 from workers.versions.pointers import (
     ACTIVE_STATES,
