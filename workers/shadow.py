@@ -28,12 +28,12 @@ import socket
 from contextlib import AsyncExitStack
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
 from fleet.topics import ensure_topics
 from schemas.names import comparisons_topic, consumer_group, requests_topic
+from workers.offsets import backlog_drained, commit_records
 from workers.shadow_engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings
 
 __all__ = ["ShadowSettings", "ShadowWorker", "open_clients"]
@@ -133,8 +133,8 @@ class ShadowWorker:
             records = [record for part in fetched.values() for record in part]
             if records:
                 await engine.process(records)
-                await self._commit(consumer, records)
-            elif burst and await self._drained(consumer):
+                await commit_records(consumer, records)
+            elif burst and await backlog_drained(consumer):
                 break
         return engine.totals.records
 
@@ -142,27 +142,3 @@ class ShadowWorker:
         if self._consumer is None:
             raise RuntimeError("shadow worker not started")
         return self._consumer
-
-    @staticmethod
-    async def _drained(consumer: AIOKafkaConsumer) -> bool:
-        assigned = consumer.assignment()
-        if not assigned:
-            return False
-        ends = await consumer.end_offsets(list(assigned))
-        for tp in assigned:
-            if await consumer.position(tp) < ends[tp]:
-                return False
-        return True
-
-    @staticmethod
-    async def _commit(consumer: AIOKafkaConsumer, records: list[ConsumerRecord]) -> None:
-        offsets: dict[TopicPartition, int] = {}
-        for record in records:
-            tp = TopicPartition(record.topic, record.partition)
-            offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
-        try:
-            await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            # The partitions moved in a rebalance; the new owner compares these again.
-            log.warning("shadow commit after rebalance refused (%s); %d records will be compared again", exc,
-                        len(records))
