@@ -38,6 +38,8 @@ DELEGATES = {
     "shadow": ("fleet.shadow_cli", "shadow the candidate version: run | replay a past window | report agreement"),
     "cache": ("fleet.cache_cli", "clear or inspect a model's result caches"),
     "cache-eval": ("fleet.cache_eval", "semantic cache false-hit evaluation on paraphrase and near-miss pairs"),
+    "bench-cache": ("fleet.bench_cache", "cache benchmark: exact-hit throughput, hit vs bare round trip, "
+                    "throughput with and without caches at a 50% hit rate"),
     "bench-cache-memory": ("fleet.bench_cache_memory", "exact cache RSS against its configured bound"),
 }
 

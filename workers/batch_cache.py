@@ -64,6 +64,10 @@ class BatchCaches:
         return digest_of if self.exact is not None else None
 
     async def start(self) -> None:
+        # Read the generation before the first lookup, or a worker started right after a
+        # `fleet cache clear` would serve the cleared entries until its first refresh.
+        if self.exact is not None:
+            await self.exact.refresh_generation()
         if self.semantic is not None:
             await self.semantic.set_generation(await self._generation())
         self._refreshing = asyncio.create_task(self._follow_clears())

@@ -30,3 +30,22 @@ class BatchSizeCap:
             self.current = min(self.configured, max(self.current + 1, int(self.current * self._growth)))
             self._last_change = self._clock()
         return self.current
+
+
+class CachedShare:
+    """Records to take per batch so that the model still gets about `cap` rows when the caches
+    answer a share of them: a hit costs a fraction of a model row, and a model batch left half
+    empty by hits costs nearly as much as a full one."""
+
+    def __init__(self, *, alpha: float = 0.2, max_factor: float = 4.0) -> None:
+        self.share = 0.0
+        self._alpha = alpha
+        self._max_factor = max_factor
+
+    def observe(self, records: int, computed: int) -> None:
+        if records:
+            self.share += self._alpha * ((1 - computed / records) - self.share)
+
+    def records_for(self, cap: int) -> int:
+        factor = min(1 / max(1 - self.share, 1e-9), self._max_factor)
+        return max(cap, round(cap * factor))

@@ -28,7 +28,7 @@ from workers.backends.onnx import DeviceUnavailable
 from workers.faults import FaultInjector
 from workers.health import HealthState
 from workers.offsets import backlog_drained, commit_records
-from workers.batch_cap import BatchSizeCap
+from workers.batch_cap import BatchSizeCap, CachedShare
 from workers.batching import BatchCollector, BatchPolicy
 from workers.delivery import Outcome, ResultSink
 from workers.metrics import WorkerMetrics
@@ -66,6 +66,9 @@ class Worker:
         """`takeover=True` makes a fallback worker serve the primary topic in the primary group,
         for when no healthy primary is left (see workers/takeover.py). `load_version` loads
         further versions for hot swaps (default: from the registry, like the first)."""
+        if settings.semantic_cache and "intra_op_spinning" not in settings.model_fields_set:
+            # Two ONNX Runtime sessions (model and cache encoder) share the cores: no busy-waiting.
+            settings = settings.model_copy(update={"intra_op_spinning": False})
         self.settings = settings
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         on_fallback_topic = settings.role is Role.fallback and not takeover
@@ -150,6 +153,7 @@ class Worker:
         self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
         self.batch_cap = BatchSizeCap(self.settings.max_batch_size, clean_period_s=self.settings.oom_clean_period_s)
+        self._cached_share = CachedShare()
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self._stats = VersionStatsRecorder(self._redis, self.settings.model)
         self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer,
@@ -292,7 +296,8 @@ class Worker:
                 prepared = await asyncio.to_thread(sort_batch, batch, models.serving, dict(models.resident),
                                                    self._who_for, now_ms(), self.caches.digest)
                 await self.caches.lookup(prepared)
-                await asyncio.to_thread(encode_groups, prepared, reject_overlong=self._reject_overlong)
+                if prepared.needs_model:
+                    await asyncio.to_thread(encode_groups, prepared, reject_overlong=self._reject_overlong)
                 await out.put(prepared)
             elif burst and await backlog_drained(consumer):
                 drained = True
@@ -304,7 +309,8 @@ class Worker:
                              out: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
             try:
-                computed = await asyncio.to_thread(compute, batch)
+                # A batch the caches answered whole skips the thread hop: nothing to compute.
+                computed = await asyncio.to_thread(compute, batch) if batch.needs_model else compute(batch)
             finally:
                 self._batches_in_model -= 1
                 if self._batches_in_model == 0:
@@ -332,6 +338,8 @@ class Worker:
             self.supervisor.health.record_success()
 
     def _adjust_batch_cap(self, computed: Computed) -> None:
+        self._cached_share.observe(len(computed.records), computed.computed)
+        self._policy.max_batch_size = self._cached_share.records_for(self.batch_cap.current)
         run = computed.run
         if run is None:
             return
@@ -342,7 +350,7 @@ class Worker:
                         self.batch_cap.current)
         elif run.clean:
             self.batch_cap.on_clean_batch()
-        self._policy.max_batch_size = self.batch_cap.current
+        self._policy.max_batch_size = self._cached_share.records_for(self.batch_cap.current)
         self.metrics.effective_max_batch.labels(**self._labels).set(self.batch_cap.current)
 
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:

@@ -23,8 +23,11 @@ def version_loader(settings: WorkerSettings, faults: FaultInjector) -> Callable[
 
 def encoder_loader(settings: WorkerSettings) -> Callable[[], Backend]:
     """The semantic cache's encoder: a small embedding model on the worker's device."""
+    # No spinning: the encoder and the served model are two ONNX Runtime sessions in one process,
+    # and idle threads busy-waiting for the next run would starve the other session.
     encoder = settings.model_copy(update={"model": settings.semantic_encoder_model, "model_version": None,
-                                          "precision": settings.semantic_encoder_precision, "backend": "onnxruntime"})
+                                          "precision": settings.semantic_encoder_precision, "backend": "onnxruntime",
+                                          "intra_op_spinning": False})
     return lambda: load_backend_for(encoder)
 
 

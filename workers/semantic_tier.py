@@ -8,6 +8,7 @@ added without encoding twice.
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
@@ -21,6 +22,7 @@ from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
 from workers.cache.keys import canonical_text
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.delivery import Outcome
+from workers.semantic_cost import LookupCost
 from workers.settings import WorkerSettings
 from workers.stages import Computed, Prepared, VersionGroup, drop_rows
 
@@ -39,10 +41,11 @@ class SemanticTier:
         self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
         self._generation = 0
         self._evictions_seen = 0
+        self.cost = LookupCost()
 
     async def lookup(self, prepared: Prepared) -> None:
         groups = [group for group in prepared.groups if group.ready]
-        if not groups:
+        if not groups or not self.cost.should_look_up():
             return
         if self._encoder is None:
             self._encoder = await asyncio.to_thread(self._load_encoder)
@@ -52,7 +55,9 @@ class SemanticTier:
     def _lookup_groups(self, prepared: Prepared, groups: list[VersionGroup], caches: list[SemanticCache]) -> None:
         assert self._encoder is not None
         for group, cache in zip(groups, caches, strict=True):
+            started = time.perf_counter()
             group.vectors = self._encoder.infer([item.text for item in group.ready])
+            encoder_ms = (time.perf_counter() - started) * 1000
             if not cache.enabled:
                 continue
             served: dict[int, SemanticHit] = {}
@@ -64,6 +69,7 @@ class SemanticTier:
                     group.verifying[row] = hit
                 else:
                     served[row] = hit
+            self.cost.record_lookup(len(group.ready), len(served), encoder_ms)
             self._metrics.hits.labels(model=self._model, tier="semantic").inc(len(served))
             self._metrics.misses.labels(model=self._model, tier="semantic").inc(len(group.ready) - len(served))
             drop_rows(group, served, lambda row, item, group=group: Outcome(item.request, group.who.result(
@@ -72,6 +78,7 @@ class SemanticTier:
 
     async def remember(self, computed: Computed) -> None:
         """Add what the model computed; score the sampled hits it computed to check them."""
+        self.cost.record_model(computed.computed, computed.inference_ms)
         additions: dict[str, tuple[list[str], list[int], list[bytes], VersionGroup]] = {}
         for fresh in computed.fresh:
             group = fresh.group
@@ -139,6 +146,7 @@ class SemanticTier:
             self._metrics.semantic_threshold.labels(model=model).set(cache.threshold)
             self._metrics.semantic_enabled.labels(model=model).set(1 if cache.enabled else 0)
             self._metrics.verified_false_hit_rate.labels(model=model).set(cache.false_hit_rate)
+        self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)
         caches = [cache for cache, _ in self._versions.values()]
         self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))
         self._metrics.bytes.labels(model=model, tier="semantic").set(sum(c.nbytes for c in caches))

@@ -52,6 +52,10 @@ class Prepared:
     groups: list[VersionGroup] = field(default_factory=list)
     tokenize_ms: float = 0.0
 
+    @property
+    def needs_model(self) -> bool:
+        return any(group.ready for group in self.groups)
+
 
 @dataclass(frozen=True)
 class Fresh:
