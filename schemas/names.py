@@ -46,6 +46,15 @@ def worker_key(model: str, worker_id: str) -> str:
     return f"{WORKER_KEY_PREFIX}{model}:{worker_id}"
 
 
+WORKER_MODELS_KEY = f"{TOPIC_PREFIX}:workers"
+
+
+def workers_index_key(model: str) -> str:
+    """Redis sorted set of a model's worker ids scored by heartbeat expiry (epoch ms): how workers
+    are found without a SCAN over a keyspace full of cache entries and results."""
+    return f"{TOPIC_PREFIX}:workers:{model}"
+
+
 def drain_key(worker_id: str) -> str:
     """Redis key whose presence tells a worker to hand its traffic over and stop taking work."""
     return f"{TOPIC_PREFIX}:drain:{worker_id}"

@@ -2,7 +2,9 @@
 
 Each worker keeps a hash `fleet:worker:<model>:<worker_id>` fresh with its role, device,
 health, model version and lag. The key expires `ttl_s` after the last beat, so a worker that
-dies (SIGKILL, lost host) disappears by itself; nothing has to clean up after it.
+dies (SIGKILL, lost host) disappears by itself; nothing has to clean up after it. Workers are
+found through a per-model index (a sorted set scored by expiry), never by SCAN: the same
+Redis holds millions of cache entries and results, and a SCAN would walk them all.
 
 `fleet:drain:<worker_id>` is the operator's switch to take a worker out of service; it has
 no TTL and stays until `undrain`.
@@ -20,18 +22,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
-from schemas.names import WORKER_KEY_PREFIX, drain_key, worker_key
+from schemas.names import WORKER_MODELS_KEY, drain_key, worker_key, workers_index_key
 from workers.health import HealthState
 
 log = logging.getLogger(__name__)
 
 PRIMARY = "primary"  # the value of workers.settings.Role.primary
 SERVING_STATES = frozenset({HealthState.healthy.value, HealthState.degraded.value})
-_GLOB_SPECIALS = "\\*?[]"
-
-
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{c}" if c in _GLOB_SPECIALS else c for c in text)
+INDEX_GRACE_MS = 60_000  # index entries this long past their expiry are pruned
 
 
 def _text(value: bytes | str) -> str:
@@ -95,6 +93,8 @@ class Heartbeat:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(self.key, mapping=fields)
             pipe.pexpire(self.key, self.ttl_ms)
+            pipe.zadd(workers_index_key(self.model), {self.worker_id: int(fields["beat_ms"]) + self.ttl_ms})
+            pipe.sadd(WORKER_MODELS_KEY, self.model)
             await pipe.execute()
 
     async def run(self, interval_s: float, read: Callable[[], BeatFields]) -> None:
@@ -113,25 +113,42 @@ class Heartbeat:
 
     async def remove(self) -> None:
         """Delete the heartbeat at a clean shutdown, so the worker is gone at once, not after the TTL."""
-        await self.redis.delete(self.key)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.key)
+            pipe.zrem(workers_index_key(self.model), self.worker_id)
+            await pipe.execute()
 
 
 async def list_workers(redis: Redis, model: str | None = None, *, now_s: float | None = None) -> list[WorkerInfo]:
     """Live workers (of one model), sorted by model then worker id."""
-    pattern = worker_key(_glob_escape(model), "*") if model is not None else f"{WORKER_KEY_PREFIX}*"
-    keys = [key async for key in redis.scan_iter(match=pattern, count=500)]
+    models = [model] if model is not None else sorted(_text(m) for m in await redis.smembers(WORKER_MODELS_KEY))
+    now = time.time() if now_s is None else now_s
+    keys = [worker_key(name, _text(worker)) for name in models for worker in await _indexed(redis, name, now)]
     if not keys:
         return []
     async with redis.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.hgetall(key)
         hashes: list[dict[bytes | str, bytes | str]] = await pipe.execute()
-    now = time.time() if now_s is None else now_s
     found = [info for raw in hashes if (info := _parse(raw, now)) is not None
-             and (model is None or info.model == model)]  # a model with ':' in its name could match another's glob
+             and (model is None or info.model == model)]
     drained = await _drained_ids(redis, [info.worker for info in found])
     found = [_with_drained(info, info.worker in drained) for info in found]
     return sorted(found, key=lambda info: (info.model, info.worker))
+
+
+async def _indexed(redis: Redis, model: str, now_s: float) -> list[bytes | str]:
+    """Worker ids of `model` whose heartbeat has not expired (the hash itself has the last word)."""
+    index = workers_index_key(model)
+    now_ms = int(now_s * 1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zremrangebyscore(index, "-inf", now_ms - INDEX_GRACE_MS)
+        pipe.zrangebyscore(index, now_ms, "+inf")
+        pipe.zcard(index)
+        _, workers, remaining = await pipe.execute()
+    if not remaining:
+        await redis.srem(WORKER_MODELS_KEY, model)  # a model nobody has served for a while
+    return list(workers)
 
 
 async def healthy_primaries(redis: Redis, model: str) -> int:
@@ -166,7 +183,7 @@ async def _drained_ids(redis: Redis, worker_ids: list[str]) -> set[str]:
 def _parse(raw: dict[bytes | str, bytes | str], now_s: float) -> WorkerInfo | None:
     fields = {_text(k): _text(v) for k, v in raw.items()}
     if not fields:
-        return None  # expired between SCAN and HGETALL
+        return None  # expired between reading the index and HGETALL
     try:
         beat_ms = int(fields.get("beat_ms", "0"))
         return WorkerInfo(worker=fields["worker"], model=fields["model"], role=fields.get("role", ""),

@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from fleet import workers_cli
 from fleet.config import FleetSettings
+from schemas.names import WORKER_MODELS_KEY, workers_index_key
 from workers.health import HealthState
 from workers.heartbeat import (
     BeatFields,
@@ -55,7 +56,26 @@ def heartbeat(redis: Redis, model: str, worker: str, role: str = "primary", ttl_
 
 
 async def cleanup(redis: Redis, model: str, *workers: str) -> None:
-    await redis.delete(*[worker_key(model, w) for w in workers], *[drain_key(w) for w in workers])
+    await redis.delete(*[worker_key(model, w) for w in workers], *[drain_key(w) for w in workers],
+                       workers_index_key(model))
+    await redis.srem(WORKER_MODELS_KEY, model)
+
+
+async def scans(redis: Redis) -> int:
+    return int((await redis.info("commandstats")).get("cmdstat_scan", {}).get("calls", 0))
+
+
+async def test_workers_are_found_without_scanning_the_keyspace(redis: Redis, model: str) -> None:
+    # The same Redis holds every cache entry and result: a SCAN would walk millions of keys.
+    worker = f"{model}-w1"
+    try:
+        await heartbeat(redis, model, worker).beat(HealthState.healthy, "", "v", 0)
+        before = await scans(redis)
+        assert [w.worker for w in await list_workers(redis, model)] == [worker]
+        assert worker in {w.worker for w in await list_workers(redis)}
+        assert await scans(redis) == before
+    finally:
+        await cleanup(redis, model, worker)
 
 
 async def test_a_beat_lists_the_worker_with_its_fields(redis: Redis, model: str) -> None:
