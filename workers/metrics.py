@@ -5,6 +5,7 @@ computes. compose/prometheus/alerts.yml and the Grafana dashboard read these nam
 test checks that every name they use is defined here (or in gateway/app.py).
 """
 
+from collections import Counter as Tally
 from collections.abc import Iterator, Mapping, Set
 from typing import TYPE_CHECKING
 
@@ -104,11 +105,13 @@ class WorkerMetrics:
         if batch.expired:
             self.expired.labels(**labels).inc(batch.expired)
         delivered_ms = now_ms()
+        end_to_end = self.end_to_end.labels(**labels)
+        counts = Tally((outcome.result.status.value, outcome.result.cache.value) for outcome in batch.outcomes)
+        for (status, cache), count in counts.items():
+            self.results.labels(**labels, status=status, cache=cache).inc(count)
         for outcome in batch.outcomes:
-            result = outcome.result
-            self.results.labels(**labels, status=result.status.value, cache=result.cache.value).inc()
             if outcome.request is not None:
-                self.end_to_end.labels(**labels).observe(max(delivered_ms - outcome.request.submitted_ms, 0) / 1000)
+                end_to_end.observe(max(delivered_ms - outcome.request.submitted_ms, 0) / 1000)
         for letter in batch.dead_letters:
             self.dead_letters.labels(model=labels["model"], reason=letter.code).inc()
 
