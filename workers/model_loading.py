@@ -27,7 +27,7 @@ def encoder_loader(settings: WorkerSettings) -> Callable[[], Backend]:
     # and idle threads busy-waiting for the next run would starve the other session.
     encoder = settings.model_copy(update={"model": settings.semantic_encoder_model, "model_version": None,
                                           "precision": settings.semantic_encoder_precision, "backend": "onnxruntime",
-                                          "intra_op_spinning": False})
+                                          "intra_op_spinning": False, "intra_op_threads": 1})
     return lambda: load_backend_for(encoder)
 
 

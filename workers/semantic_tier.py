@@ -45,7 +45,7 @@ class SemanticTier:
 
     async def lookup(self, prepared: Prepared) -> None:
         groups = [group for group in prepared.groups if group.ready]
-        if not groups or not self.cost.should_look_up():
+        if not groups or (self._settings.semantic_only_when_paying and not self.cost.should_look_up()):
             return
         if self._encoder is None:
             self._encoder = await asyncio.to_thread(self._load_encoder)

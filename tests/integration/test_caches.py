@@ -43,7 +43,8 @@ async def cleared(redis: Redis) -> AsyncIterator[None]:
 
 def faq_settings(**overrides: object) -> WorkerSettings:
     settings = WorkerSettings(model=FAQ, max_batch_size=32, max_queue_delay_ms=10, session_timeout_ms=6000,
-                              semantic_cache=True, exact_cache=False, semantic_verify_fraction=0.0)
+                              semantic_cache=True, exact_cache=False, semantic_verify_fraction=0.0,
+                              semantic_only_when_paying=False)  # look up every batch, paying or not
     return settings.model_copy(update=overrides)
 
 
