@@ -31,7 +31,7 @@ from schemas.names import comparisons_topic, shadow_stats_key, versions_key
 from schemas.shadow import Comparison
 from schemas.wire import WireError
 from workers.shadow import ShadowWorker
-from workers.shadow_engine import ShadowSettings
+from workers.shadow_engine import ShadowSettings, yield_cpu_to_live_workers
 from workers.shadow_replay import ReplayWindow, ShadowReplay, parse_duration, parse_time
 
 EXIT_OK, EXIT_NOTHING = 0, 2
@@ -49,6 +49,7 @@ def _settings(args: argparse.Namespace) -> ShadowSettings:
 
 
 async def _run(settings: ShadowSettings, burst: bool) -> int:
+    yield_cpu_to_live_workers(settings)
     async with ShadowWorker(settings) as worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,6 +11,7 @@ from fleet.logs import configure_logging
 from workers.consumer import Worker
 from workers.settings import Role, WorkerSettings
 from workers.shadow import ShadowSettings, ShadowWorker
+from workers.shadow_engine import yield_cpu_to_live_workers
 from workers.takeover import PrimaryTakeover
 
 
@@ -37,6 +38,7 @@ async def serve(settings: WorkerSettings, *, burst: bool) -> int:
 
 async def serve_shadow(settings: ShadowSettings, *, burst: bool) -> int:
     """A shadow consumer: the candidate beside the live version, compared, never delivered."""
+    yield_cpu_to_live_workers(settings)
     async with ShadowWorker(settings) as worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -25,10 +25,11 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from contextlib import AsyncExitStack
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from redis.asyncio import Redis
 
 from fleet.topics import ensure_topics
@@ -132,11 +133,21 @@ class ShadowWorker:
             fetched = await consumer.getmany(timeout_ms=POLL_MS, max_records=self.settings.max_batch_size)
             records = [record for part in fetched.values() for record in part]
             if records:
+                await self._let_live_go_first(records)
                 await engine.process(records)
                 await commit_records(consumer, records)
             elif burst and await backlog_drained(consumer):
                 break
         return engine.totals.records
+
+    async def _let_live_go_first(self, records: list[ConsumerRecord]) -> None:
+        """Hold a batch until its newest record is `shadow_min_age_ms` old: the live workers have
+        answered by then (so their result is there to compare with) and the shadow's compute no
+        longer lands on the same moment as theirs."""
+        newest_ms = max(record.timestamp for record in records)
+        wait_s = (newest_ms + self.settings.shadow_min_age_ms) / 1000 - time.time()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:

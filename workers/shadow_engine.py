@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -56,9 +57,20 @@ class ShadowSettings(WorkerSettings):
     shadow_agree_cosine: float = Field(0.99, ge=-1, le=1, description="Embeddings agree at this cosine or above")
     shadow_pointer_poll_s: float = Field(1.0, gt=0, description="How often the version pointers are re-read")
     shadow_group: str | None = Field(None, description="Consumer group; default <model>.shadow")
+    shadow_min_age_ms: float = Field(200.0, ge=0, description="Compare a request only once it is this old: the "
+                                     "live result is usually there by then, and the shadow's compute does not "
+                                     "land on the same moment as the live worker's")
+    shadow_nice: int = Field(10, ge=0, le=19, description="Lower the shadow process's CPU priority by this "
+                             "much (nice), so a shadow sharing a host with live workers only takes CPU they leave")
     shadow_start: Literal["latest", "earliest"] = Field("latest", description="Where a group without committed "
                                                         "offsets starts: latest (from now on) or earliest "
                                                         "(the whole retention; use replay for the past)")
+
+
+def yield_cpu_to_live_workers(settings: ShadowSettings) -> None:
+    """For a shadow process's entry point: on a shared host the live path keeps the CPU it needs."""
+    if settings.shadow_nice > 0:
+        os.nice(settings.shadow_nice)
 
 
 def load_backend(settings: WorkerSettings) -> Backend:

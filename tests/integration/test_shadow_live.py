@@ -1,5 +1,7 @@
 """A shadow consumer beside a live worker: its own process and group, compared, never in the way."""
 
+import asyncio
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,24 +38,26 @@ async def test_int8_shadow_reports_agreement_and_leaves_live_latency_alone(
     start_worker(processes, tmp_path, "live", FLEET_EXACT_CACHE="false", FLEET_INTRA_OP_THREADS="1",
                  FLEET_MODEL_VERSION=fp32)
     await sequential_latencies_ms(client, "warm-up", 20)
+    shadow = start_worker(processes, tmp_path, "shadow", FLEET_ROLE="shadow", FLEET_SHADOW_CANDIDATE=int8,
+                          FLEET_SHADOW_GROUP=f"{MODEL}.shadow-test-{uuid.uuid4().hex[:8]}",
+                          FLEET_INTRA_OP_THREADS="1", FLEET_SHADOW_GRACE_MS="2000")
+    await sequential_latencies_ms(client, "settle", 10)
     off: list[float] = []
     on: list[float] = []
     live_workers: set[str | None] = set()
-    shadow: Process | None = None
-    # Alternate blocks with the shadow off and on, so drift on a shared machine hits both alike.
-    for round_ in range(3):
+    # One shadow process, paused (SIGSTOP) and resumed between blocks: no start-up inside a
+    # block, and drift on a shared machine hits both sides alike.
+    for round_ in range(4):
+        shadow.popen.send_signal(signal.SIGSTOP)
         latencies, seen = await sequential_latencies_ms(client, f"off {round_}", BLOCK)
         off += latencies
         live_workers |= seen
-        shadow = start_worker(processes, tmp_path, f"shadow-{round_}", FLEET_ROLE="shadow", FLEET_SHADOW_CANDIDATE=int8,
-                              FLEET_SHADOW_GROUP=f"{MODEL}.shadow-test-{uuid.uuid4().hex[:8]}",
-                              FLEET_INTRA_OP_THREADS="1", FLEET_SHADOW_GRACE_MS="2000")
-        await sequential_latencies_ms(client, f"settle {round_}", 5)
+        shadow.popen.send_signal(signal.SIGCONT)
         latencies, seen = await sequential_latencies_ms(client, f"on {round_}", BLOCK)
         on += latencies
         live_workers |= seen
-        time.sleep(1.0)  # let the shadow catch up before it stops
-        shadow.stop()
+    await asyncio.sleep(1.0)  # let the shadow catch up before it stops
+    shadow.stop()
     p50_off, p50_on = statistics.median(off), statistics.median(on)
     print(f"\nlive p50 with shadow off {p50_off:.1f} ms, on {p50_on:.1f} ms ({p50_on / p50_off - 1:+.1%})")
     assert live_workers == {"live"}, "only the live worker may answer; a shadow never delivers"
