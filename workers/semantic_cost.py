@@ -1,11 +1,13 @@
 """Whether semantic lookups pay for themselves on this model.
 
 A lookup costs an encoder pass over every row the exact cache missed; a hit saves one model
-row. When the model is barely dearer than the encoder (faq-intent is the encoder plus a
-small head), lookups cost more than the hits save and the semantic tier slows the worker
-down. So the tier assumes no hits until it has seen them: it looks up one batch in
-`probe_every`, measures the encoder's cost, the model's cost and the hit rate, and looks up
-every batch only while `hit rate x model ms per row` exceeds `encoder ms per row`.
+row. Lookups pay while `hit rate x model ms per row` exceeds `encoder ms per row`. The tier
+measures all three; the hit rate starts at an optimistic 100% and converges on what lookups
+find, so a model several times dearer than the encoder is looked up (and its cache filled)
+from the first batch, while one barely dearer than the encoder (faq-intent is the encoder
+plus a small head) stops after a batch or two: even a 100% hit rate would not pay there.
+While lookups do not pay, one batch in `probe_every` is still looked up to keep the figures
+(and the cache) fresh.
 """
 
 import logging
@@ -24,18 +26,18 @@ class Ewma:
 
 
 class LookupCost:
-    def __init__(self, *, probe_every: int = 25, alpha: float = 0.2) -> None:
+    def __init__(self, *, probe_every: int = 50, alpha: float = 0.2) -> None:
         self.probe_every = probe_every
         self.encoder_ms_per_row = Ewma(alpha)
         self.model_ms_per_row = Ewma(alpha)
-        self.hit_rate = Ewma(alpha)
-        self.paying = False
+        self.hit_rate = Ewma(alpha, value=1.0)
+        self.paying = True
         self._batches = 0
 
     def should_look_up(self) -> bool:
-        """Every batch while lookups pay; otherwise the first and then one in `probe_every`."""
+        """Every batch while lookups pay; otherwise one in `probe_every`."""
         self._batches += 1
-        return self.paying or self._batches % self.probe_every == 1
+        return self.paying or self._batches % self.probe_every == 0
 
     def record_lookup(self, rows: int, hits: int, encoder_ms: float) -> None:
         if rows == 0:

@@ -104,6 +104,6 @@ class WorkerSettings(FleetSettings):
     semantic_min_verifications: int = Field(100, ge=1, description="Verified hits needed before the false-hit "
                                             "budget is judged")
     semantic_only_when_paying: bool = Field(True, description="Look up every batch only while hits save more "
-                                            "model time than the encoder costs; otherwise one batch in 25")
+                                            "model time than the encoder costs; otherwise one batch in 50")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: str = Field("int8", description="Precision of the semantic cache's encoder")

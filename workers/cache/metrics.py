@@ -35,7 +35,7 @@ class CacheMetrics:
                                       "off by setting or switched off by its false-hit budget", ["model"],
                                       registry=reg)
         self.semantic_paying = Gauge(f"{PREFIX}_semantic_paying", "1 while semantic lookups save more model time "
-                                     "than the encoder costs; 0 while they run on 1 batch in 25 only", ["model"],
+                                     "than the encoder costs; 0 while they run on 1 batch in 50 only", ["model"],
                                      registry=reg)
         self.semantic_verifications = Counter(f"{PREFIX}_semantic_verifications", "Semantic hits also computed by the "
                                               "model, by whether the answers agreed", ["model", "agreed"],
