@@ -1,7 +1,8 @@
 """Whether semantic lookups pay for themselves on this model.
 
 A lookup costs an encoder pass over every row the exact cache missed; a hit saves one model
-row. Lookups pay while `hit rate x model ms per row` exceeds `encoder ms per row`. The tier
+row (what one more row adds to a model run). Lookups pay while `hit rate x model ms per row`
+exceeds `encoder ms per row`. The tier
 measures all three; the hit rate starts at an optimistic 100% and converges on what lookups
 find, so a model several times dearer than the encoder is looked up (and its cache filled)
 from the first batch, while one barely dearer than the encoder (faq-intent is the encoder
@@ -17,6 +18,32 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class MarginalCost:
+    """ms one more row adds to a model run: the slope of run time over rows, fitted over recent
+    runs with exponential forgetting. A hit saves that, not the run's average per row, which
+    is inflated by the fixed cost of a run when hits leave small batches."""
+
+    alpha: float
+    _n: float = 0.0
+    _x: float = 0.0
+    _y: float = 0.0
+    _xx: float = 0.0
+    _xy: float = 0.0
+
+    def add(self, rows: int, ms: float) -> None:
+        keep = 1 - self.alpha
+        self._n, self._x, self._y = keep * self._n + 1, keep * self._x + rows, keep * self._y + ms
+        self._xx, self._xy = keep * self._xx + rows * rows, keep * self._xy + rows * ms
+
+    @property
+    def value(self) -> float | None:
+        spread = self._n * self._xx - self._x * self._x
+        if self._n < 2 or spread <= 1e-9 * max(self._n * self._xx, 1.0):
+            return self._y / self._x if self._x else None  # one batch size so far: the average
+        return max((self._n * self._xy - self._x * self._y) / spread, 0.0)
+
+
+@dataclass
 class Ewma:
     alpha: float
     value: float | None = None
@@ -29,7 +56,7 @@ class LookupCost:
     def __init__(self, *, probe_every: int = 50, alpha: float = 0.2) -> None:
         self.probe_every = probe_every
         self.encoder_ms_per_row = Ewma(alpha)
-        self.model_ms_per_row = Ewma(alpha)
+        self.model_ms_per_row = MarginalCost(alpha)
         self.hit_rate = Ewma(alpha, value=1.0)
         self.paying = True
         self._batches = 0
@@ -48,7 +75,7 @@ class LookupCost:
 
     def record_model(self, rows: int, inference_ms: float) -> None:
         if rows:
-            self.model_ms_per_row.add(inference_ms / rows)
+            self.model_ms_per_row.add(rows, inference_ms)
 
     @property
     def saved_ms_per_row(self) -> float | None:

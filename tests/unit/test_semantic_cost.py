@@ -28,3 +28,11 @@ def test_lookups_resume_when_probes_find_enough_hits() -> None:
     assert not cost.paying
     cost.record_lookup(rows=10, hits=9, encoder_ms=5.0)
     assert cost.paying
+
+
+def test_the_model_cost_a_hit_saves_is_the_marginal_row_not_the_average() -> None:
+    cost = LookupCost(alpha=0.1)
+    for rows in (32, 16, 8, 32, 16, 8):
+        cost.record_model(rows=rows, inference_ms=15.0 + 0.5 * rows)  # 15 ms a run + 0.5 ms a row
+    marginal = cost.model_ms_per_row.value
+    assert marginal is not None and abs(marginal - 0.5) < 1e-6
