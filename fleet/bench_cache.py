@@ -71,7 +71,7 @@ class Sizes:
 
 
 QUICK = Sizes(distinct_inputs=200, exact_requests=10_000, round_trips=100, workload=1_500, burst_timeout_s=60)
-FULL = Sizes(distinct_inputs=200, exact_requests=50_000, round_trips=300, workload=4_000, burst_timeout_s=180, rounds=3)
+FULL = Sizes(distinct_inputs=200, exact_requests=50_000, round_trips=1_000, workload=4_000, burst_timeout_s=180, rounds=3)
 
 
 @dataclass
