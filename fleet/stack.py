@@ -48,7 +48,9 @@ class StackSettings(FleetSettings):
     kafka_heap_min: str = Field(default="256m", description="JVM -Xms of the broker")
     kafka_heap_max: str = Field(default="768m", description="JVM -Xmx of the broker")
     redis_maxmemory: str = Field(default="256mb", description="Redis maxmemory")
-    redis_maxmemory_policy: str = Field(default="allkeys-lru", description="Redis eviction policy")
+    redis_maxmemory_policy: str = Field(default="volatile-lru", description="Redis eviction policy: volatile-lru "
+                                        "evicts only keys with a TTL (results, cache entries, replies), never the "
+                                        "version pointers, audit log or cache generation")
     stack_start_timeout_s: float = Field(
         default=90.0, gt=0, description="How long `up` waits for both servers to answer"
     )

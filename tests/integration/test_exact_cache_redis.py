@@ -65,11 +65,14 @@ async def test_clear_bumps_the_generation_and_a_running_worker_misses_after_refr
     await running.put_many(version(model), [(d, b"answer") for d in digests])
 
     assert await clear_model_cache(redis, model, None) == 3
-    assert int(await redis.get(cache_generation_key(model))) == 1
+    generation = int(await redis.get(cache_generation_key(model)))
+    assert generation != running.generation
+    await clear_model_cache(redis, model, None)
+    assert int(await redis.get(cache_generation_key(model))) > generation, "every clear gets a generation of its own"
     assert [key async for key in redis.scan_iter(match=exact_cache_pattern(model))] == []
 
     assert await running.refresh_generation()
-    assert running.generation == 1 and running.local.entries == 0
+    assert running.generation == int(await redis.get(cache_generation_key(model))) and running.local.entries == 0
     assert await running.get_many(version(model), digests) == [None, None, None]
     assert not await running.refresh_generation()
 
@@ -133,7 +136,7 @@ async def test_cli_clear_and_stats(redis: Redis, stack: FleetSettings, capsys: p
 
     assert await cache_cli.stats(redis, model) == cache_cli.EXIT_OK
     printed = capsys.readouterr().out
-    assert "generation 0" in printed and "maxmemory-policy" not in printed and "policy allkeys-lru" in printed
+    assert "generation 0" in printed and "maxmemory-policy" not in printed and "policy volatile-lru" in printed
     rows = [line.split() for line in printed.splitlines()]
     assert [version(model, 1), "1", "0"] in rows and [version(model, 2), "2", "0"] in rows
 

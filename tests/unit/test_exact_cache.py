@@ -200,3 +200,11 @@ async def test_redis_errors_are_logged_once_per_interval(caplog: pytest.LogCaptu
         await unreachable.aclose()
     warnings = [r for r in caplog.records if "Redis read failed" in r.getMessage()]
     assert len(warnings) == 1  # the interval (30 s) is far longer than this loop
+
+
+def test_a_cleared_generation_never_comes_back_after_redis_forgets_the_counter() -> None:
+    from workers.cache.exact import next_generation
+
+    cleared = next_generation(None)
+    assert cleared > 1_600_000_000_000, "clock-based, so a restarted counter cannot reuse it"
+    assert next_generation(str(cleared + 10**9)) == cleared + 10**9 + 1

@@ -136,7 +136,7 @@ def test_stack_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = StackSettings()
     assert Stack.of(settings).kafka_at == Endpoint("127.0.0.1", 9092)
     assert settings.partitions == 4 and settings.kafka_controller_port == 9093
-    assert settings.redis_maxmemory_policy == "allkeys-lru"
+    assert settings.redis_maxmemory_policy == "volatile-lru"
 
 
 def test_managed_pid_ignores_stale_and_foreign_pids(tmp_path: Path) -> None:

@@ -256,6 +256,12 @@ class ExactCache:
             self._evictions_reported = self.local.evictions
 
 
+def next_generation(current: bytes | str | None) -> int:
+    """A generation no earlier clear used: the clock in ms (or one past the current value), so a
+    Redis that lost the counter and restarts it cannot bring back a generation already cleared."""
+    return max(time.time_ns() // 1_000_000, int(current or 0) + 1)
+
+
 async def clear_model_cache(redis: Redis, model: str, version: str | None) -> int:
     """Invalidate a model's exact cache everywhere; returns the Redis keys deleted.
 
@@ -264,7 +270,7 @@ async def clear_model_cache(redis: Redis, model: str, version: str | None) -> in
     version also retires the other versions' entries (they stay in Redis until their TTL or
     LRU eviction, unread). The SCAN + UNLINK then frees the memory of the cleared version(s).
     """
-    await redis.incr(cache_generation_key(model))
+    await redis.set(cache_generation_key(model), next_generation(await redis.get(cache_generation_key(model))))
     deleted = 0
     batch: list[bytes | str] = []
     async for key in redis.scan_iter(match=exact_cache_pattern(model, version), count=SCAN_BATCH):

@@ -12,7 +12,7 @@ Record (msgpack map, key = 16-byte BLAKE2b of the UTF-8 canonical text):
     text        str     canonical input text
     vector      bytes   float32 little-endian, normalised, the encoder's dimension
     outputs     bytes   msgpack of the result's outputs map
-    generation  int     cache generation (`fleet cache clear` bumps it); older ones are ignored
+    generation  int     cache generation (`fleet cache clear` changes it); records of any other are ignored
     time_ms     int     when it was published (epoch ms)
 """
 
@@ -116,9 +116,10 @@ class SemanticLog:
         return self._generation
 
     def set_generation(self, generation: int) -> bool:
-        """Adopt a newer cache generation: drop the cache, ignore older records from now on.
-        Returns whether anything changed."""
-        if generation <= self._generation:
+        """Adopt another cache generation: drop the cache, ignore records of any other one from
+        now on (equal, not newer: a Redis that lost the counter restarts it lower, and the
+        records of the generations it forgot must not come back). Returns whether anything changed."""
+        if generation == self._generation:
             return False
         self._generation = generation
         self.cache.clear()
@@ -217,13 +218,13 @@ class SemanticLog:
                 self.malformed += 1
                 log.warning("skipping record %s@%s of %s: %s", record.partition, record.offset, self.topic, exc)
                 continue
-            if entry.generation < self._generation:
+            if entry.generation != self._generation:
                 self.stale += 1
                 continue
             by_generation.setdefault(entry.generation, []).append(entry)
         stored = 0
         for generation, entries in by_generation.items():
-            if generation < self._generation:
+            if generation != self._generation:
                 self.stale += len(entries)  # set_generation ran while these were being decoded
                 continue
             vectors = np.stack([entry.vector for entry in entries])
