@@ -35,6 +35,13 @@ ENTRY_OVERHEAD = 256
 ERROR_LOG_INTERVAL_S = 30.0
 SCAN_BATCH = 500
 Tier = Literal["local", "redis"]
+# KEYS: entry keys; ARGV: TTL seconds, then one value per key.
+SET_ALL_SCRIPT = """
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 1], 'EX', ARGV[1])
+end
+return #KEYS
+"""
 
 
 def pack_outputs(outputs: dict[str, Any]) -> bytes:
@@ -148,6 +155,7 @@ class ExactCache:
         self.model = model
         self.local = LocalLRU(local_max_bytes)
         self._redis = redis if redis_enabled else None
+        self._set_all = self._redis.register_script(SET_ALL_SCRIPT) if self._redis is not None else None
         self.redis_ttl_s = redis_ttl_s
         self._metrics = metrics
         self.generation = 0
@@ -207,10 +215,10 @@ class ExactCache:
         if self._redis is None:
             return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for digest, value in items:
-                    pipe.set(redis_key(self.model, version, generation, digest), value, ex=self.redis_ttl_s)
-                await pipe.execute()
+            # One script call per batch: a command per entry would cost more to pack than the hit saves.
+            assert self._set_all is not None
+            await self._set_all(keys=[redis_key(self.model, version, generation, digest) for digest, _ in items],
+                                args=[self.redis_ttl_s, *(value for _, value in items)])
         except (RedisError, OSError) as exc:
             self._errors.warning(f"exact cache of {self.model}: Redis write failed, entries kept locally only", exc)
 
