@@ -146,7 +146,8 @@ async def _status(redis: Redis, settings: RolloutSettings, registry: ModelRegist
     lines = [("model", args.model), ("state", str(state.state)), ("position", position),
              ("stable", state.stable or "-"), ("candidate", state.candidate or "-"),
              ("previous", state.previous or "-"),
-             ("last change", f"{format_ms(state.updated_ms)} by {state.actor}: {state.reason}")]
+             ("last change", f"{format_ms(state.updated_ms)} by {state.actor}: {state.reason}"
+                             if state.updated_ms else "never (no pointer set yet: workers serve their configured version)")]
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
     report = await read_report(redis, args.model)
