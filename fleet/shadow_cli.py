@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from prometheus_client import start_http_server
 from redis.asyncio import Redis
 
 from fleet.logs import configure_logging
@@ -30,8 +28,8 @@ from fleet.topics import partitions_of
 from schemas.names import comparisons_topic, shadow_stats_key, versions_key
 from schemas.shadow import Comparison
 from schemas.wire import WireError
-from workers.shadow import ShadowWorker
-from workers.shadow_engine import ShadowSettings, yield_cpu_to_live_workers
+from workers.shadow import serve_shadow
+from workers.shadow_engine import ShadowSettings
 from workers.shadow_replay import ReplayWindow, ShadowReplay, parse_duration, parse_time
 
 EXIT_OK, EXIT_NOTHING = 0, 2
@@ -49,21 +47,7 @@ def _settings(args: argparse.Namespace) -> ShadowSettings:
 
 
 async def _run(settings: ShadowSettings, burst: bool) -> int:
-    yield_cpu_to_live_workers(settings)
-    async with ShadowWorker(settings) as worker:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_stop)
-        if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
-        engine = worker.engine
-        print(f"shadow {worker.worker_id} ready: model {settings.model}, candidate "
-              f"{engine.candidate or 'none (idle until a candidate pointer appears)'}, stable {engine.stable}",
-              flush=True)
-        await worker.run(burst=burst)
-        totals = engine.totals
-    print(f"shadow stopped: {totals.records} records, {totals.compared} compared, {totals.agreed} agreed, "
-          f"skipped {dict(totals.skipped)}", flush=True)
+    await serve_shadow(settings, burst=burst)
     return EXIT_OK
 
 

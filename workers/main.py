@@ -10,8 +10,7 @@ from prometheus_client import start_http_server
 from fleet.logs import configure_logging
 from workers.consumer import Worker
 from workers.settings import Role, WorkerSettings
-from workers.shadow import ShadowSettings, ShadowWorker
-from workers.shadow_engine import yield_cpu_to_live_workers
+from workers.shadow import ShadowSettings, serve_shadow
 from workers.takeover import PrimaryTakeover
 
 
@@ -34,20 +33,6 @@ async def serve(settings: WorkerSettings, *, burst: bool) -> int:
         finally:
             takeover.cancel()
             await asyncio.gather(takeover, return_exceptions=True)
-
-
-async def serve_shadow(settings: ShadowSettings, *, burst: bool) -> int:
-    """A shadow consumer: the candidate beside the live version, compared, never delivered."""
-    yield_cpu_to_live_workers(settings)
-    async with ShadowWorker(settings) as worker:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_stop)
-        if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
-        print(f"worker {worker.worker_id} ready: shadow of {settings.model}, candidate {worker.engine.candidate}",
-              flush=True)
-        return await worker.run(burst=burst)
 
 
 def main(argv: list[str] | None = None) -> None:
