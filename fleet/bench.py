@@ -129,7 +129,10 @@ class Bench:
     def worker_env(self, config: BatchingConfig, precision: str) -> dict[str, str]:
         return {**config.env(), "FLEET_MODEL": self.model, "FLEET_MODEL_DIR": str(self.alias_registry.root.resolve()),
                 "FLEET_MODEL_VERSION": self.aliases[precision].id, "FLEET_PRECISION": precision,
-                "FLEET_INTRA_OP_THREADS": str(self.args.threads)}
+                "FLEET_INTRA_OP_THREADS": str(self.args.threads),
+                # Batching is measured on computed requests: the workload repeats queries, and
+                # cache hits would inflate it (`scripts/bench cache` measures the caches).
+                "FLEET_EXACT_CACHE": "false"}
 
     async def raw(self, config: BatchingConfig, precision: str, cache: dict[tuple[str, int], RawThroughput]) -> RawThroughput:
         key = (precision, config.max_batch)
