@@ -132,8 +132,9 @@ def process_alive(pid: int) -> bool:
         command = (proc / "cmdline").read_bytes()
     except (OSError, IndexError):
         return False
-    # A recycled pid belongs to some other program; it is not our worker.
-    return state != "Z" and WORKER_MODULE.encode() in command
+    # A recycled pid belongs to some other program; it is not our worker. An empty command
+    # line is a process between fork and exec (or one exiting): judged by its state alone.
+    return state != "Z" and (not command or WORKER_MODULE.encode() in command)
 
 
 class LocalWorkers:
@@ -198,8 +199,10 @@ class LocalWorkers:
                 if READY_MARKER.encode() in stream.read():
                     return
             if not process_alive(pid):
-                raise RuntimeError(f"{worker_id(self.model, number)} exited before it was ready; "
-                                   f"log {log}:\n{_tail(log, log_start)}")
+                await asyncio.sleep(0.5)  # look twice: a false "gone" would leave a live worker untracked
+                if not process_alive(pid):
+                    raise RuntimeError(f"{worker_id(self.model, number)} exited before it was ready; "
+                                       f"log {log}:\n{_tail(log, log_start)}")
             await asyncio.sleep(0.2)
         raise TimeoutError(f"{worker_id(self.model, number)} (pid {pid}) not ready after "
                            f"{self.settings.worker_ready_timeout_s:g} s; log {log}:\n{_tail(log, log_start)}")

@@ -155,3 +155,25 @@ def test_long_texts_are_truncated_in_the_worst_list() -> None:
     long = ConsistencyReport((Comparison("a" * 32, "word " * 100, "v", "v", 0.2),), Counter(), 0.999, 0.99)
     worst_line = format_report(long, text_width=20).splitlines()[-1]
     assert worst_line.endswith("…'") and len(worst_line) < 80
+
+
+def test_a_worker_spawned_a_moment_ago_counts_as_alive() -> None:
+    # Right after posix_spawn the child may not have exec'd yet: its command line is empty for a
+    # moment. Counting it as gone made `fleet scale` report a live worker as exited, untracked.
+    import os
+    import signal
+    import sys
+
+    from fleet.scale import WORKER_MODULE, process_alive
+
+    for _ in range(100):
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import time; time.sleep(5)", WORKER_MODULE],
+                             dict(os.environ), setsid=True, file_actions=[
+                                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                                 (os.POSIX_SPAWN_DUP2, 1, 2)])  # as LocalWorkers.spawn does
+        try:
+            assert process_alive(pid)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
