@@ -44,7 +44,8 @@ def cached_result(group: VersionGroup, request_id: str, outputs: dict[str, Any],
 
 class BatchCaches:
     def __init__(self, settings: WorkerSettings, *, redis: Redis, producer: AIOKafkaProducer, metrics: CacheMetrics,
-                 load_encoder: Callable[[], Backend]) -> None:
+                 load_encoder: Callable[[], Backend], task: str) -> None:
+        """`task`: what the served model does; an embedding model never gets a semantic cache."""
         self._model = settings.model
         self._metrics = metrics
         self._redis = redis
@@ -53,7 +54,10 @@ class BatchCaches:
                                 redis_ttl_s=settings.exact_cache_ttl_s, redis_enabled=settings.exact_cache_redis,
                                 metrics=metrics) if settings.exact_cache else None
         self.semantic: SemanticTier | None = None
-        if settings.semantic_cache:
+        if settings.semantic_cache and task == "embedding":
+            log.warning("semantic cache refused for %s: an embedding model's near answer is a wrong answer",
+                        settings.model)
+        elif settings.semantic_cache:
             from workers.semantic_tier import SemanticTier  # faiss loads only where a semantic cache is on
 
             self.semantic = SemanticTier(settings, producer=producer, metrics=metrics, load_encoder=load_encoder)

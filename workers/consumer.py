@@ -28,9 +28,10 @@ from workers.backends.onnx import DeviceUnavailable
 from workers.faults import FaultInjector
 from workers.health import HealthState
 from workers.offsets import backlog_drained, commit_records
-from workers.batch_cap import BatchSizeCap, CachedShare
+from workers.batch_cap import BatchSizeCap
 from workers.batching import BatchCollector, BatchPolicy
 from workers.delivery import Outcome, ResultSink
+from workers.feedback import BatchFeedback
 from workers.metrics import WorkerMetrics
 from workers.settings import OverlongInputs, Role, WorkerSettings
 from workers.stages import Computed, Prepared, compute, encode_groups, sort_batch
@@ -152,12 +153,13 @@ class Worker:
             self._exit.push_async_callback(self._producer.stop)
         self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
-        self.batch_cap = BatchSizeCap(self.settings.max_batch_size, clean_period_s=self.settings.oom_clean_period_s)
-        self._cached_share = CachedShare()
+        self.feedback = BatchFeedback(self._policy, BatchSizeCap(self.settings.max_batch_size,
+                                                                 clean_period_s=self.settings.oom_clean_period_s),
+                                      self.metrics, lambda: self._labels)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self._stats = VersionStatsRecorder(self._redis, self.settings.model)
-        self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer,
-                                  metrics=self.metrics.cache, load_encoder=encoder_loader(self.settings))
+        self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer, metrics=self.metrics.cache,
+                                  load_encoder=encoder_loader(self.settings), task=self.backend.manifest.task)
         await self.caches.start()
         self._exit.push_async_callback(self.caches.stop)
         self.pointers = PointerWatcher(self._redis, self.settings.model, self.models, poll_s=self.settings.pointer_poll_s)
@@ -315,8 +317,7 @@ class Worker:
                 self._batches_in_model -= 1
                 if self._batches_in_model == 0:
                     self._model_free.set()
-            self._adjust_batch_cap(computed)
-            self._report_health(computed)
+            self.feedback.after_compute(computed, self.supervisor.health)
             await out.put(computed)
         await out.put(None)
 
@@ -325,33 +326,6 @@ class Worker:
             self.metrics.health_state.labels(model=self.settings.model, role=self.settings.role.value,
                                              device=self.backend.device, worker=self.worker_id,
                                              state=state.value).set(1 if state is new else 0)
-
-    def _report_health(self, computed: Computed) -> None:
-        run = computed.run
-        if run is None:
-            return
-        if run.device_error is not None:
-            self.supervisor.health.record_error(run.device_error)
-        elif run.largest_oom:
-            self.supervisor.health.record_oom(f"batch of {run.largest_oom}")
-        else:
-            self.supervisor.health.record_success()
-
-    def _adjust_batch_cap(self, computed: Computed) -> None:
-        self._cached_share.observe(len(computed.records), computed.computed)
-        self._policy.max_batch_size = self._cached_share.records_for(self.batch_cap.current)
-        run = computed.run
-        if run is None:
-            return
-        if run.largest_oom:
-            self.batch_cap.on_oom(run.largest_oom)
-            self.metrics.oom_splits.labels(**self._labels).inc(run.oom_splits)
-            log.warning("out of memory on a batch of %d; effective max batch now %d", run.largest_oom,
-                        self.batch_cap.current)
-        elif run.clean:
-            self.batch_cap.on_clean_batch()
-        self._policy.max_batch_size = self._cached_share.records_for(self.batch_cap.current)
-        self.metrics.effective_max_batch.labels(**self._labels).set(self.batch_cap.current)
 
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
