@@ -1,8 +1,8 @@
 """The fleet_ metric names the code exports, and the names a PromQL expression uses.
 
 Shared by test_alert_rules.py and test_dashboard.py: every name an alert rule or a dashboard
-query reads must be one that workers/metrics.py (WorkerMetrics) or gateway/app.py
-(GatewayMetrics) exports. The exported set comes from the registries themselves, never from
+query reads must be one that workers/metrics.py (WorkerMetrics), workers/shadow_engine.py
+(ShadowMetrics) or gateway/app.py (GatewayMetrics) exports. The exported set comes from the registries themselves, never from
 a list kept by hand.
 """
 
@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import GatewayMetrics
 from workers.metrics import WorkerMetrics
+from workers.shadow_engine import ShadowMetrics
 
 PREFIX = "fleet_"
 
@@ -49,8 +50,9 @@ def _series_of(registry: CollectorRegistry) -> dict[str, str]:
 
 @cache
 def exported_series() -> dict[str, str]:
-    """Every fleet_ series name a worker or the gateway exposes on /metrics -> its family."""
-    series = _series_of(WorkerMetrics().registry) | _series_of(GatewayMetrics().registry)
+    """Every fleet_ series name a worker, a shadow worker or the gateway exposes on /metrics -> its family."""
+    series = (_series_of(WorkerMetrics().registry) | _series_of(ShadowMetrics().registry)
+              | _series_of(GatewayMetrics().registry))
     return {name: family for name, family in series.items() if name.startswith(PREFIX)}
 
 
