@@ -142,10 +142,10 @@ class SemanticTier:
 
     def _report(self) -> None:
         model = self._model
-        for cache, _ in self._versions.values():
-            self._metrics.semantic_threshold.labels(model=model).set(cache.threshold)
-            self._metrics.semantic_enabled.labels(model=model).set(1 if cache.enabled else 0)
-            self._metrics.verified_false_hit_rate.labels(model=model).set(cache.false_hit_rate)
+        for version, (cache, _) in self._versions.items():
+            self._metrics.semantic_threshold.labels(model=model, version=version).set(cache.threshold)
+            self._metrics.semantic_enabled.labels(model=model, version=version).set(1 if cache.enabled else 0)
+            self._metrics.verified_false_hit_rate.labels(model=model, version=version).set(cache.false_hit_rate)
         self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)
         caches = [cache for cache, _ in self._versions.values()]
         self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))

@@ -144,7 +144,7 @@ async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redi
         "a verified hit must answer with what the model computed"
     assert cache is not None and cache.false_hit_rate > settings.semantic_false_hit_budget
     assert cache.threshold > settings.semantic_threshold or not cache.enabled
-    assert worker.metrics.cache.semantic_threshold.labels(model=FAQ)._value.get() == cache.threshold
+    assert worker.metrics.cache.semantic_threshold.labels(model=FAQ, version=version)._value.get() == cache.threshold
 
 
 async def test_an_embedding_model_never_gets_a_semantic_cache(worker_settings: WorkerSettings,

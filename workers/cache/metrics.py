@@ -27,12 +27,12 @@ class CacheMetrics:
         self.semantic_similarity = Histogram(f"{PREFIX}_semantic_similarity", "Cosine similarity of served "
                                              "semantic hits", ["model"], buckets=SIMILARITY_BUCKETS, registry=reg)
         self.verified_false_hit_rate = Gauge(f"{PREFIX}_verified_false_hit_rate", "Share of verified semantic hits "
-                                             "whose recomputed answer disagreed (sliding window)", ["model"],
+                                             "whose recomputed answer disagreed (sliding window)", ["model", "version"],
                                              registry=reg)
         self.semantic_threshold = Gauge(f"{PREFIX}_semantic_threshold", "Similarity a semantic hit needs now "
-                                        "(raised by the false-hit budget)", ["model"], registry=reg)
+                                        "(raised by the false-hit budget)", ["model", "version"], registry=reg)
         self.semantic_enabled = Gauge(f"{PREFIX}_semantic_enabled", "1 while the semantic cache serves hits, 0 when "
-                                      "off by setting or switched off by its false-hit budget", ["model"],
+                                      "off by setting or switched off by its false-hit budget", ["model", "version"],
                                       registry=reg)
         self.semantic_paying = Gauge(f"{PREFIX}_semantic_paying", "1 while semantic lookups save more model time "
                                      "than the encoder costs; 0 while they run on 1 batch in 50 only", ["model"],
