@@ -18,20 +18,18 @@ import argparse
 import asyncio
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from fleet.config import FleetSettings
+from fleet.redis_cli import with_redis
 from schemas.names import TOPIC_PREFIX, cache_generation_key, exact_cache_pattern, semantic_cache_topic
 from workers.cache.exact import SCAN_BATCH, clear_model_cache
 from workers.registry import parse_version_id
 
 EXIT_OK = 0
-EXIT_REDIS_DOWN = 2
 EXIT_KAFKA_DOWN = 3
 
 
@@ -67,19 +65,6 @@ def parse_entry_key(model: str, key: str) -> tuple[str, int] | None:
     if len(parts) != 3 or not parts[1].startswith("g") or not parts[1][1:].isdigit():
         return None
     return parts[0], int(parts[1][1:])
-
-
-async def _with_redis(action: Callable[[Redis, FleetSettings], Awaitable[int]]) -> int:
-    settings = FleetSettings()
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=10)
-    try:
-        return await action(redis, settings)
-    except (RedisError, OSError) as exc:
-        print(f"cannot reach Redis at {settings.redis_url}: {exc}; is the stack up (`fleet stack up`)?",
-              file=sys.stderr)
-        return EXIT_REDIS_DOWN
-    finally:
-        await redis.aclose()
 
 
 async def clear(redis: Redis, settings: FleetSettings, model: str, version: str | None) -> int:
@@ -133,9 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     stats_parser = commands.add_parser("stats", help="Redis entries per version, generation, Redis memory")
     stats_parser.add_argument("model")
     args = parser.parse_args(argv)
+    settings = FleetSettings()
     if args.action == "clear":
-        return asyncio.run(_with_redis(lambda redis, settings: clear(redis, settings, args.model, args.version)))
-    return asyncio.run(_with_redis(lambda redis, _settings: stats(redis, args.model)))
+        return asyncio.run(with_redis(settings, lambda redis: clear(redis, settings, args.model, args.version)))
+    return asyncio.run(with_redis(settings, lambda redis: stats(redis, args.model)))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,12 +29,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from fleet.config import FleetSettings
+from fleet.redis_cli import with_redis
 from workers.registry import MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, parse_version_id
 from workers.versions.pointers import AuditEntry, PointerError, PointerState, VersionPointers
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_REDIS_DOWN = 2
 SHORT_SHA = 12
 
 
@@ -68,18 +68,6 @@ def model_of(version_or_model: str) -> str:
     if len(parts) == 3 and parse_version_id(parts[0], version_or_model) is not None:
         return parts[0]
     return version_or_model
-
-
-async def with_redis(settings: FleetSettings, action: Callable[[Redis], Awaitable[int]]) -> int:
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
-    try:
-        return await action(redis)
-    except (RedisError, OSError) as exc:
-        print(f"cannot reach Redis at {settings.redis_url}: {exc}; is the stack up (`fleet stack up`)?",
-              file=sys.stderr)
-        return EXIT_REDIS_DOWN
-    finally:
-        await redis.aclose()
 
 
 async def read_pointers(settings: FleetSettings, model: str) -> PointerState | None:

@@ -13,20 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from fleet.config import FleetSettings
+from fleet.redis_cli import with_redis
 from workers.heartbeat import WorkerInfo, drain, is_drained, list_workers, undrain
 
 HEADERS = ("worker", "model", "role", "device", "state", "lag", "version", "heartbeat")
 RIGHT_ALIGNED = frozenset({"lag", "heartbeat"})
 EXIT_OK = 0
-EXIT_REDIS_DOWN = 2
 
 
 def state_cell(info: WorkerInfo) -> str:
@@ -56,19 +54,6 @@ def as_json(workers: Sequence[WorkerInfo]) -> str:
     return json.dumps([{**asdict(w), "age_s": round(w.age_s, 3)} for w in workers], indent=2)
 
 
-async def _with_redis(action: Callable[[Redis], Awaitable[int]]) -> int:
-    settings = FleetSettings()
-    redis = Redis.from_url(settings.redis_url)
-    try:
-        return await action(redis)
-    except (RedisError, OSError) as exc:
-        print(f"cannot reach Redis at {settings.redis_url}: {exc}; is the stack up (`fleet stack up`)?",
-              file=sys.stderr)
-        return EXIT_REDIS_DOWN
-    finally:
-        await redis.aclose()
-
-
 def main(argv: list[str] | None = None) -> int:
     """`fleet workers`: the live workers as a table or JSON."""
     parser = argparse.ArgumentParser(prog="fleet workers", description=__doc__,
@@ -87,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(workers))
         return EXIT_OK
 
-    return asyncio.run(_with_redis(show))
+    return asyncio.run(with_redis(FleetSettings(), show))
 
 
 def drain_main(argv: list[str] | None = None) -> int:
@@ -104,7 +89,7 @@ def drain_main(argv: list[str] | None = None) -> int:
               + ("" if live else " (no live worker with this id; the switch applies when it starts)"))
         return EXIT_OK
 
-    return asyncio.run(_with_redis(switch))
+    return asyncio.run(with_redis(FleetSettings(), switch))
 
 
 def undrain_main(argv: list[str] | None = None) -> int:
@@ -117,7 +102,7 @@ def undrain_main(argv: list[str] | None = None) -> int:
         print(f"{args.worker} " + ("takes work again" if await undrain(redis, args.worker) else "was not drained"))
         return EXIT_OK
 
-    return asyncio.run(_with_redis(switch))
+    return asyncio.run(with_redis(FleetSettings(), switch))
 
 
 if __name__ == "__main__":

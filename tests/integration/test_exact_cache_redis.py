@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 
 from fleet import cache_cli
 from fleet.config import FleetSettings
+from fleet.redis_cli import EXIT_REDIS_DOWN
 from fleet.topics import ensure_topics
 from schemas.names import cache_generation_key, exact_cache_pattern, semantic_cache_topic
 from workers.cache.exact import CachedOutputs, ExactCache, clear_model_cache, pack_outputs
@@ -151,5 +152,5 @@ async def test_cli_clear_and_stats(redis: Redis, stack: FleetSettings, capsys: p
 
 def test_cli_says_when_redis_is_down(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FLEET_REDIS_URL", "redis://127.0.0.1:1/0")
-    assert cache_cli.main(["stats", "some-model"]) == cache_cli.EXIT_REDIS_DOWN
+    assert cache_cli.main(["stats", "some-model"]) == EXIT_REDIS_DOWN
     assert "cannot reach Redis" in capsys.readouterr().err
