@@ -23,13 +23,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from fleet.logs import configure_logging
-from fleet.shadow_report import StatsTotals, format_report, summarise
+from fleet.shadow_report import format_report, summarise
 from fleet.topics import partitions_of
-from schemas.names import comparisons_topic, shadow_stats_key, versions_key
+from schemas.names import comparisons_topic, versions_key
 from schemas.shadow import Comparison
 from schemas.wire import WireError
 from workers.shadow import serve_shadow
 from workers.shadow_engine import ShadowSettings
+from workers.versions.stats import ShadowSnapshot, read_shadow
 from workers.shadow_replay import ReplayWindow, ShadowReplay, parse_duration, parse_time
 
 EXIT_OK, EXIT_NOTHING = 0, 2
@@ -107,7 +108,7 @@ async def recent_comparisons(bootstrap: str, model: str, last: int) -> list[Comp
 
 
 async def build_report(settings: ShadowSettings, model: str, candidate: str | None, last: int,
-                       *, worst: int = 10) -> tuple[str, StatsTotals] | None:
+                       *, worst: int = 10) -> tuple[str, ShadowSnapshot] | None:
     """The report text and the stats totals, or None when nothing about any candidate is known."""
     redis = Redis.from_url(settings.redis_url)
     try:
@@ -116,7 +117,7 @@ async def build_report(settings: ShadowSettings, model: str, candidate: str | No
         candidate = candidate or pointers.get("candidate") or (comparisons[-1].shadow_version if comparisons else None)
         if candidate is None:
             return None
-        totals = StatsTotals.from_hash(await redis.hgetall(shadow_stats_key(model, candidate)))  # type: ignore[misc]
+        totals = await read_shadow(redis, model, candidate)
     finally:
         await redis.aclose()
     mine = [c for c in comparisons if c.shadow_version == candidate]

@@ -8,57 +8,13 @@ fleet/shadow_cli.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from schemas.shadow import Comparison, ComparisonKind, LiveSource
-
-
-def _number(raw: Mapping[str, str], name: str) -> float:
-    value = raw.get(name)
-    return float(value) if value not in (None, "") else 0.0
-
-
-@dataclass(frozen=True)
-class StatsTotals:
-    compared: int = 0
-    agreed: int = 0
-    cosine_sum: float = 0.0
-    label_agreed: int = 0
-    live_ms_sum: float = 0.0
-    live_timed: int = 0
-    shadow_ms_sum: float = 0.0
-    recomputed: int = 0
-    errors: int = 0
-
-    @classmethod
-    def from_hash(cls, raw: Mapping[bytes | str, bytes | str]) -> StatsTotals:
-        text = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                for k, v in raw.items()}
-        return cls(compared=int(_number(text, "compared")), agreed=int(_number(text, "agreed")),
-                   cosine_sum=_number(text, "cosine_sum"), label_agreed=int(_number(text, "label_agreed")),
-                   live_ms_sum=_number(text, "live_ms_sum"), live_timed=int(_number(text, "live_timed")),
-                   shadow_ms_sum=_number(text, "shadow_ms_sum"), recomputed=int(_number(text, "recomputed")),
-                   errors=int(_number(text, "errors")))
-
-    @property
-    def agreement(self) -> float | None:
-        return self.agreed / self.compared if self.compared else None
-
-    @property
-    def mean_cosine(self) -> float | None:
-        """Mean cosine of embedding comparisons (None for a classifier, which adds no cosines)."""
-        return self.cosine_sum / self.compared if self.compared and self.cosine_sum else None
-
-    @property
-    def mean_live_ms(self) -> float | None:
-        return self.live_ms_sum / self.live_timed if self.live_timed else None
-
-    @property
-    def mean_shadow_ms(self) -> float | None:
-        return self.shadow_ms_sum / self.compared if self.compared else None
+from workers.versions.stats import ShadowSnapshot
 
 
 @dataclass(frozen=True)
@@ -147,7 +103,7 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
-def format_report(model: str, candidate: str, stable: str | None, totals: StatsTotals, recent: RecentSummary,
+def format_report(model: str, candidate: str, stable: str | None, totals: ShadowSnapshot, recent: RecentSummary,
                   *, last: int) -> str:
     lines = [f"shadow report: {model}  candidate {candidate}  vs  stable {stable or '?'}", ""]
     lines += table(["", "compared", "agreement", "mean cosine", "recomputed", "errors"], [

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from aiokafka import TopicPartition
 
-from fleet.shadow_report import StatsTotals, summarise, table, worst_first
+from fleet.shadow_report import summarise, table, worst_first
+from workers.versions.stats import ShadowSnapshot
 from schemas.shadow import Comparison, ComparisonKind, LiveSource, excerpt
 from schemas.wire import CacheTier, Request, Result, Status, WireError, new_request_id
 from workers.shadow_compare import (Side, StatsDelta, cosine, judge, live_answer, live_timing, make_comparison,
@@ -168,11 +169,11 @@ def test_increments_use_int_and_float_commands_and_skip_zeros() -> None:
 
 
 def test_totals_from_a_redis_hash() -> None:
-    totals = StatsTotals.from_hash({b"compared": b"4", b"agreed": b"3", b"cosine_sum": b"3.96",
-                                    b"live_ms_sum": b"30", b"live_timed": b"3", b"shadow_ms_sum": b"20"})
+    totals = ShadowSnapshot.from_hash({b"compared": b"4", b"agreed": b"3", b"cosine_sum": b"3.96",
+                                       b"live_ms_sum": b"30", b"live_timed": b"3", b"shadow_ms_sum": b"20"})
     assert totals.agreement == 0.75 and totals.mean_cosine == pytest.approx(0.99)
     assert (totals.mean_live_ms, totals.mean_shadow_ms) == (10.0, 5.0)
-    assert StatsTotals.from_hash({}).agreement is None
+    assert ShadowSnapshot.from_hash({}).agreement is None
 
 
 def test_summary_and_worst_first() -> None:

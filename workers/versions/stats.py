@@ -180,6 +180,7 @@ class ShadowSnapshot:
     shadow_ms_sum: float = 0.0
     errors: int = 0  # requests the candidate failed on in shadow: not compared, so not in `compared`
     live_timed: int | None = None  # comparisons with a live timing (cache hits have none); None: all
+    recomputed: int = 0  # comparisons whose stable answer the shadow computed itself (no live result)
 
     @property
     def agreement(self) -> float | None:
@@ -195,12 +196,19 @@ class ShadowSnapshot:
         return self.errors / attempts if attempts else None
 
     @property
+    def mean_live_ms(self) -> float | None:
+        live_timed = self.compared if self.live_timed is None else self.live_timed
+        return self.live_ms_sum / live_timed if live_timed else None
+
+    @property
+    def mean_shadow_ms(self) -> float | None:
+        return self.shadow_ms_sum / self.compared if self.compared else None
+
+    @property
     def latency_delta_ms(self) -> float | None:
         """Mean shadow latency minus mean live latency."""
-        live_timed = self.compared if self.live_timed is None else self.live_timed
-        if not self.compared or not live_timed:
-            return None
-        return self.shadow_ms_sum / self.compared - self.live_ms_sum / live_timed
+        live, shadow = self.mean_live_ms, self.mean_shadow_ms
+        return None if live is None or shadow is None else shadow - live
 
     @classmethod
     def from_hash(cls, raw: Mapping[bytes | str, bytes | str]) -> ShadowSnapshot:
@@ -215,7 +223,8 @@ class ShadowSnapshot:
                    label_agreed=None if label_agreed is None else int(label_agreed),
                    live_ms_sum=number("live_ms_sum") or 0.0, shadow_ms_sum=number("shadow_ms_sum") or 0.0,
                    errors=int(number("errors") or 0),
-                   live_timed=None if "live_timed" not in fields else int(float(fields["live_timed"])))
+                   live_timed=None if "live_timed" not in fields else int(float(fields["live_timed"])),
+                   recomputed=int(number("recomputed") or 0))
 
 
 async def read_shadow(redis: Redis, model: str, candidate: str) -> ShadowSnapshot:
