@@ -4,7 +4,7 @@ An FP32 version built by `workers.modelbuild` stores, next to its ONNX graph, th
 weights and config the graph was exported from (`manifest.torch_dir`, hashed like every
 artifact). This backend rebuilds that BertModel from those files only (never a hub), and
 computes what the graph computes: mean pooling over attention_mask, then L2 normalisation.
-Tokenisation and length-aware sub-batches are the ONNX backend's own (`BatchTokenizer`,
+Tokenisation and length-aware sub-batches are shared with the ONNX backend (`TokenizedBackend`,
 `Encoded.group`), so both backends see identical token ids and padding.
 
 On CUDA the model runs in FP16 (weights and activations); pooling and normalisation run in
@@ -19,7 +19,6 @@ entered per call, it is thread-local. Importing this module changes no global to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,8 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from workers.backends.base import Encoded, Feeds, check_rows
 from workers.backends.errors import DeviceError, DeviceOutOfMemory
-from workers.backends.onnx import WARMUP_TOKENS, BatchTokenizer, DeviceUnavailable
+from workers.backends.onnx import DeviceUnavailable
+from workers.backends.tokenized import BatchTokenizer, TokenizedBackend
 from workers.registry import ModelManifest, ModelRegistry, RegistryError
 
 SUPPORTED_DEVICES = ("cpu", "cuda")
@@ -93,16 +93,13 @@ def load_encoder(config_file: Path, weights_file: Path, *, device: torch.device,
     return model.to(device=device, dtype=dtype).eval()
 
 
-class TorchEmbeddingBackend:
+class TorchEmbeddingBackend(TokenizedBackend):
     """A registered FP32 embedding model version served by PyTorch (CPU FP32, CUDA FP16)."""
 
     def __init__(self, manifest: ModelManifest, model: PreTrainedModel, tokenizer: BatchTokenizer, device: str,
                  *, length_bucket_size: int = 16) -> None:
-        self.manifest = manifest
-        self.device = device
-        self.length_bucket_size = length_bucket_size
+        super().__init__(manifest, tokenizer, device, length_bucket_size=length_bucket_size)
         self._model = model
-        self._tokenizer = tokenizer
         self._torch_device = next(model.parameters()).device
         self._what = f"{manifest.id} on {device} (torch)"
 
@@ -151,29 +148,15 @@ class TorchEmbeddingBackend:
         return backend
 
     @property
-    def embedding_dim(self) -> int:
-        return self.manifest.embedding_dim
-
-    @property
-    def max_input_tokens(self) -> int:
-        return self._tokenizer.max_length
-
-    @property
     def dtype(self) -> str:
         """Compute precision of the weights and activations: float32 (CPU) or float16 (CUDA)."""
         return str(next(self._model.parameters()).dtype).removeprefix("torch.")
 
     def warm_up(self) -> None:
         """Run the common shapes once (kernel selection, CUDA context and allocator pools)."""
-        rows = max(self.length_bucket_size, 1)
         with torch.inference_mode():
-            for tokens in WARMUP_TOKENS:
-                length = min(tokens, self.max_input_tokens)
-                for count in (1, rows):
-                    self._embed(self._tokenizer.feeds([[101] * length] * count))
-
-    def encode(self, texts: Sequence[str]) -> Encoded:
-        return self._tokenizer.encode(texts, self.length_bucket_size)
+            for feeds in self.warm_up_feeds():
+                self._embed(feeds)
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         """One row per encoded text, in the order the texts were given.
@@ -199,9 +182,6 @@ class TorchEmbeddingBackend:
         torch.cuda.empty_cache()
         raise DeviceOutOfMemory(f"{self._what}: out of memory on a sub-batch of {shape[0]} rows x {shape[1]} tokens "
                                 f"(batch of {encoded.count}): {detail}")
-
-    def infer(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        return self.run(self.encode(texts))
 
     def _embed(self, feeds: Feeds) -> npt.NDArray[np.float32]:
         tensors = {name: torch.from_numpy(array).to(self._torch_device) for name, array in feeds.items()}

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from workers.backends.onnx import BatchTokenizer, open_session
+from workers.backends.onnx import open_session
+from workers.backends.tokenized import BatchTokenizer
 from workers.registry import AccuracyCheck
 
 FP32_MAX_ABS_DIFF = 1e-4
