@@ -67,6 +67,21 @@ def staged_version(registry: ModelRegistry, name: str, created: datetime) -> Ite
         raise
 
 
+@contextmanager
+def staged_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress) -> Iterator[tuple[str, Path, datetime]]:
+    """A staged INT8 version of `fp32`: its graph quantised and its tokenizer copied into the new
+    folder (removed again if the caller's check or registration fails). Yields (id, folder, created)."""
+    from workers.modelbuild import quantize
+
+    registry.verify(fp32)
+    created = datetime.now(UTC)
+    with staged_version(registry, fp32.name, created) as (version_id, folder):
+        progress.step(f"quantising {fp32.id} to INT8 (dynamic, per-channel, MatMul/Gemm weights only)")
+        quantize.quantize_int8(registry.path_of(fp32, fp32.onnx_file), folder / ONNX_FILE)
+        shutil.copyfile(registry.path_of(fp32, fp32.tokenizer_file), folder / TOKENIZER_FILE)
+        yield version_id, folder, created
+
+
 def assemble_manifest(
     *,
     name: str = MODEL_NAME,
@@ -187,14 +202,9 @@ def build_fp32(registry: ModelRegistry, packaged: PackagedModel, progress: Progr
 def build_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress) -> BuiltVersion:
     from workers.modelbuild import quantize
 
-    registry.verify(fp32)
     fp32_onnx = registry.path_of(fp32, fp32.onnx_file)
     fp32_tokenizer = registry.path_of(fp32, fp32.tokenizer_file)
-    created = datetime.now(UTC)
-    with staged_version(registry, MODEL_NAME, created) as (version_id, folder):
-        progress.step(f"quantising {fp32.id} to INT8 (dynamic, per-channel, MatMul/Gemm weights only)")
-        quantize.quantize_int8(fp32_onnx, folder / ONNX_FILE)
-        shutil.copyfile(fp32_tokenizer, folder / TOKENIZER_FILE)
+    with staged_int8(registry, fp32, progress) as (version_id, folder, created):
 
         progress.step(f"checking INT8 against FP32 ONNX on {len(CHECK_SENTENCES)} sentences")
         input_names = [spec.name for spec in fp32.inputs]

@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from workers.modelbuild import head as faq_head
-from workers.modelbuild.build import ONNX_FILE, BuiltVersion, assemble_manifest, describe_check, staged_version
+from workers.modelbuild.build import (ONNX_FILE, BuiltVersion, assemble_manifest, describe_check, staged_int8,
+                                      staged_version)
 from workers.modelbuild.checks import onnx_embeddings
 from workers.modelbuild.faq_data import FaqDataset
 from workers.modelbuild.progress import Progress
@@ -110,14 +111,9 @@ def build_faq_int8(registry: ModelRegistry, fp32: ModelManifest, dataset: FaqDat
                    progress: Progress) -> BuiltVersion:
     from workers.modelbuild import quantize
 
-    registry.verify(fp32)
     fp32_onnx = registry.path_of(fp32, fp32.onnx_file)
     tokenizer = registry.path_of(fp32, fp32.tokenizer_file)
-    created = datetime.now(UTC)
-    with staged_version(registry, FAQ_MODEL_NAME, created) as (version_id, folder):
-        progress.step(f"quantising {fp32.id} to INT8 (dynamic, per-channel, MatMul/Gemm weights only)")
-        quantize.quantize_int8(fp32_onnx, folder / ONNX_FILE)
-        shutil.copyfile(tokenizer, folder / TOKENIZER_FILE)
+    with staged_int8(registry, fp32, progress) as (version_id, folder, created):
         texts = [example.text for example in dataset.all_examples]
         progress.step(f"checking INT8 labels against FP32 on all {len(texts)} examples")
         fp32_rows = _rows(fp32_onnx, tokenizer, fp32, texts)
