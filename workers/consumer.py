@@ -19,7 +19,6 @@ from typing import Self
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from redis.asyncio import Redis
 
-from fleet.topics import ensure_topics
 from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,
                            requests_topic)
 from schemas.wire import Status, now_ms
@@ -40,6 +39,7 @@ from workers.supervision import Supervisor, beat_failed
 from workers.tracing import DebugTracer
 from workers.triage import Provenance
 from workers.batch_cache import BatchCaches
+from workers.clients import open_clients
 from workers.model_loading import encoder_loader, resident_size, version_loader
 from workers.model_set import ModelSet
 from workers.pointer_watch import PointerWatcher
@@ -80,6 +80,7 @@ class Worker:
         self.expired = 0
         self._backend = backend
         self._load_version = load_version
+        self._models: ModelSet | None = None
         self._who_by_version: dict[str, Provenance] = {}
         self._redis = redis
         self._producer = producer
@@ -100,7 +101,14 @@ class Worker:
         """The stable version: what unpinned traffic gets outside a rollout."""
         if self._backend is None:
             raise RuntimeError("worker not started")
-        return self.models.serving.stable if hasattr(self, "models") else self._backend
+        return self._models.serving.stable if self._models is not None else self._backend
+
+    @property
+    def models(self) -> ModelSet:
+        """The resident versions and which of them serve (see workers/model_set.py)."""
+        if self._models is None:
+            raise RuntimeError("worker not started")
+        return self._models
 
     @property
     def unavailable(self) -> str | None:
@@ -138,19 +146,12 @@ class Worker:
         inner = self._backend
         self._backend = faults.wrap(inner)
         self.faults = faults
-        self.models = ModelSet(self._backend, self._load_version or version_loader(self.settings, faults),
+        self._models = ModelSet(self._backend, self._load_version or version_loader(self.settings, faults),
                                budget_bytes=int(self.settings.model_memory_budget_mb * 2**20),
                                size_of=resident_size(self.settings), on_load=self._loaded)
-        await ensure_topics(self.settings.kafka_bootstrap, [self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC],
-                            self.settings.partitions)
-        if self._redis is None:
-            self._redis = Redis.from_url(self.settings.redis_url)
-            self._exit.push_async_callback(self._redis.aclose)
-        if self._producer is None:
-            self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
-                                              linger_ms=1, enable_idempotence=True)
-            await self._producer.start()
-            self._exit.push_async_callback(self._producer.stop)
+        self._redis, self._producer = await open_clients(
+            self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
+            topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
         self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
         self.feedback = BatchFeedback(self._policy, BatchSizeCap(self.settings.max_batch_size,

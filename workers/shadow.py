@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Awaitable
 from contextlib import AsyncExitStack
 from typing import Self
 
@@ -34,31 +35,23 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from prometheus_client import start_http_server
 from redis.asyncio import Redis
 
-from fleet.topics import ensure_topics
 from schemas.names import comparisons_topic, consumer_group, requests_topic
+from workers.clients import open_clients
 from workers.offsets import backlog_drained, commit_records
 from workers.shadow_engine import (BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings,
                                    yield_cpu_to_live_workers)
 
-__all__ = ["ShadowSettings", "ShadowWorker", "open_clients", "serve_shadow"]
+__all__ = ["ShadowSettings", "ShadowWorker", "serve_shadow", "shadow_clients"]
 
 log = logging.getLogger(__name__)
 POLL_MS = 200
 
 
-async def open_clients(settings: ShadowSettings, exit_stack: AsyncExitStack, redis: Redis | None,
-                       producer: AIOKafkaProducer | None) -> tuple[Redis, AIOKafkaProducer]:
-    """The Redis and producer a shadow needs: the injected ones, else new ones closed by `exit_stack`."""
-    await ensure_topics(settings.kafka_bootstrap, [requests_topic(settings.model), comparisons_topic(settings.model)],
-                        settings.partitions)
-    if redis is None:
-        redis = Redis.from_url(settings.redis_url)
-        exit_stack.push_async_callback(redis.aclose)
-    if producer is None:
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5)
-        await producer.start()
-        exit_stack.push_async_callback(producer.stop)
-    return redis, producer
+def shadow_clients(settings: ShadowSettings, exit_stack: AsyncExitStack, redis: Redis | None,
+                   producer: AIOKafkaProducer | None) -> Awaitable[tuple[Redis, AIOKafkaProducer]]:
+    """The clients of a shadow (worker or replay): its topics are the requests and the comparisons."""
+    return open_clients(settings, exit_stack, redis, producer, partitions=settings.partitions, linger_ms=5,
+                        topics=[requests_topic(settings.model), comparisons_topic(settings.model)])
 
 
 class ShadowWorker:
@@ -89,7 +82,7 @@ class ShadowWorker:
         if self._started:
             return
         self._started = True
-        redis, producer = await open_clients(self.settings, self._exit, self._redis, self._producer)
+        redis, producer = await shadow_clients(self.settings, self._exit, self._redis, self._producer)
         self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
         await self._engine.refresh_versions(force=True)
         if self._engine.candidate is not None:

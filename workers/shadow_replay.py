@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from fleet.topics import partitions_of
 from schemas.names import requests_topic
 from schemas.wire import now_ms
-from workers.shadow import open_clients
+from workers.shadow import shadow_clients
 from workers.shadow_engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -111,7 +111,7 @@ class ShadowReplay:
     async def start(self) -> None:
         if self._engine is not None:
             return
-        redis, producer = await open_clients(self.settings, self._exit, self._redis, self._producer)
+        redis, producer = await shadow_clients(self.settings, self._exit, self._redis, self._producer)
         self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False,
                                           group_id=None, max_poll_records=self.settings.max_batch_size)
