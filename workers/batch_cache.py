@@ -138,6 +138,10 @@ class BatchCaches:
             group, item.request.id, hits[row], CacheTier.exact)), prepared.triaged.answered)
 
     async def _generation(self) -> int:
+        """The model's cache generation: the exact cache's (it follows Redis and was just refreshed),
+        else read here."""
+        if self.exact is not None and self.exact.redis_enabled:
+            return self.exact.generation
         raw = await self._redis.get(cache_generation_key(self._model))
         return int(raw) if raw else 0
 
