@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from schemas.names import cache_generation_key
 from schemas.wire import CacheTier, Result
 from workers.backends.base import Backend
-from workers.cache.exact import ExactCache, pack_outputs, unpack_outputs
+from workers.cache.exact import ExactCache, unpack_outputs
 from workers.cache.keys import input_digest
 from workers.cache.metrics import CacheMetrics
 from workers.delivery import Outcome
@@ -100,9 +100,8 @@ class BatchCaches:
                 by_version: dict[str, list[tuple[str, bytes]]] = {}
                 for fresh in computed.fresh:
                     if fresh.group.digests:
-                        packed = pack_outputs(fresh.result.outputs or {})
                         by_version.setdefault(fresh.group.who.version, []).append((fresh.group.digests[fresh.row],
-                                                                                   packed))
+                                                                                   fresh.packed_outputs))
                 for version, items in by_version.items():
                     await self.exact.put_many(version, items)
             if self.semantic is not None:

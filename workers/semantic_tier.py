@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.names import semantic_cache_topic
 from schemas.wire import CacheTier, now_ms
 from workers.backends.base import Backend
-from workers.cache.exact import pack_outputs, unpack_outputs
+from workers.cache.exact import unpack_outputs
 from workers.cache.metrics import CacheMetrics
 from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
 from workers.cache.keys import canonical_text
@@ -95,7 +95,7 @@ class SemanticTier:
             texts, rows, packed, _ = additions.setdefault(group.who.version, ([], [], [], group))
             texts.append(canonical_text(group.ready[fresh.row].text))
             rows.append(fresh.row)
-            packed.append(pack_outputs(outputs))
+            packed.append(fresh.packed_outputs)
         for version, (texts, rows, packed, group) in additions.items():
             cache, semantic_log = self._versions[version]
             assert group.vectors is not None

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from aiokafka import ConsumerRecord
 from schemas.wire import CacheTier, DeadLetter, Result
 from workers.backends.base import Backend, Encoded
 from workers.batching import FetchedBatch
+from workers.cache.exact import pack_outputs
 from workers.delivery import Outcome
 from workers.model_set import Serving
 from workers.outputs import outputs_of
@@ -64,6 +66,11 @@ class Fresh:
     group: VersionGroup
     row: int
     result: Result
+
+    @cached_property
+    def packed_outputs(self) -> bytes:
+        """The outputs as both cache tiers store them, packed once for both."""
+        return pack_outputs(self.result.outputs or {})
 
 
 @dataclass
