@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import Field
 from redis.asyncio import Redis
 
-from fleet.topics import partitions_of
+from fleet.topics import newest_records
 from schemas.names import requests_topic, result_key
 from schemas.wire import Request, Result, Status, WireError
 from workers.registry import ModelRegistry, RegistryError
@@ -137,39 +136,16 @@ class Sample:
 
 async def latest_requests(bootstrap: str, topic: str, count: int) -> tuple[list[Request], int]:
     """The `count` most recent decodable requests on `topic` by record time, and how many records were not."""
-    partitions = await partitions_of(bootstrap, topic)
-    if not partitions:
-        return [], 0
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        consumer.assign(partitions)
-        starts = await consumer.beginning_offsets(partitions)
-        ends = await consumer.end_offsets(partitions)
-        # The newest `count` overall are among the newest `count` of each partition.
-        remaining: dict[TopicPartition, int] = {}
-        for tp in partitions:
-            first = max(starts[tp], ends[tp] - count)
-            if first < ends[tp]:
-                consumer.seek(tp, first)
-                remaining[tp] = ends[tp]
-        timestamped: list[tuple[int, int, Request]] = []
-        undecodable = 0
-        while remaining:
-            for tp, records in (await consumer.getmany(*remaining, timeout_ms=1000)).items():
-                for record in records:
-                    if record.offset >= remaining[tp]:
-                        continue  # produced after we looked: not part of the sample
-                    try:
-                        timestamped.append((record.timestamp, record.offset, Request.decode(record.value or b"")))
-                    except WireError:
-                        undecodable += 1
-            # Positions, not record offsets: transaction markers take offsets no record has.
-            remaining = {tp: end for tp, end in remaining.items() if await consumer.position(tp) < end}
-        timestamped.sort(key=lambda item: (item[0], item[1]))
-        return [request for _, _, request in timestamped[-count:]], undecodable
-    finally:
-        await consumer.stop()
+    # The newest `count` overall are among the newest `count` of each partition.
+    timestamped: list[tuple[int, int, Request]] = []
+    undecodable = 0
+    for record in await newest_records(bootstrap, topic, count):
+        try:
+            timestamped.append((record.timestamp, record.offset, Request.decode(record.value or b"")))
+        except WireError:
+            undecodable += 1
+    timestamped.sort(key=lambda item: (item[0], item[1]))
+    return [request for _, _, request in timestamped[-count:]], undecodable
 
 
 async def gather_sample(settings: ConsistencySettings, model: str, count: int) -> Sample:

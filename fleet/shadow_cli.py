@@ -19,12 +19,11 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from fleet.logs import configure_logging
 from fleet.shadow_report import format_report, summarise
-from fleet.topics import partitions_of
+from fleet.topics import newest_records
 from schemas.names import comparisons_topic, versions_key
 from schemas.shadow import Comparison
 from schemas.wire import WireError
@@ -77,33 +76,12 @@ async def _replay(settings: ShadowSettings, window: ReplayWindow) -> int:
 
 async def recent_comparisons(bootstrap: str, model: str, last: int) -> list[Comparison]:
     """The last `last` comparisons of every partition of the model's comparisons topic, oldest first."""
-    topic = comparisons_topic(model)
-    partitions = await partitions_of(bootstrap, topic)
-    if not partitions:
-        return []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
     found: list[Comparison] = []
-    try:
-        consumer.assign(partitions)
-        starts = await consumer.beginning_offsets(partitions)
-        ends = await consumer.end_offsets(partitions)
-        remaining: dict[TopicPartition, int] = {}
-        for tp in partitions:
-            if ends[tp] > starts[tp]:
-                consumer.seek(tp, max(starts[tp], ends[tp] - last))
-                remaining[tp] = ends[tp]
-        while remaining:
-            for tp, records in (await consumer.getmany(*remaining, timeout_ms=1000)).items():
-                for record in records:
-                    if record.offset < remaining[tp]:
-                        try:
-                            found.append(Comparison.decode(record.value or b""))
-                        except WireError:
-                            continue
-            remaining = {tp: end for tp, end in remaining.items() if await consumer.position(tp) < end}
-    finally:
-        await consumer.stop()
+    for record in await newest_records(bootstrap, comparisons_topic(model), last):
+        try:
+            found.append(Comparison.decode(record.value or b""))
+        except WireError:
+            continue
     return sorted(found, key=lambda c: c.time_ms)
 
 
