@@ -33,6 +33,7 @@ from pydantic import Field
 
 from fleet.config import FleetSettings
 from fleet.lag import format_duration, format_table
+from fleet.stack_proc import command_line, pid_alive
 from fleet.topics import ensure_topics, partitions_of
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, requests_topic
 
@@ -118,23 +119,12 @@ def _reap(pid: int) -> None:
 def process_alive(pid: int) -> bool:
     """True while `pid` is a running (not zombie) worker process."""
     _reap(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = Path(f"/proc/{pid}")
-    if not proc.exists():  # no procfs: kill(pid, 0) is all we can know
-        return True
-    try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        command = (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
+    if not pid_alive(pid):
         return False
     # A recycled pid belongs to some other program; it is not our worker. An empty command
-    # line is a process between fork and exec (or one exiting): judged by its state alone.
-    return state != "Z" and (not command or WORKER_MODULE.encode() in command)
+    # line is a process between fork and exec (or no procfs to ask): judged as alive.
+    command = command_line(pid)
+    return not command or WORKER_MODULE in command
 
 
 class LocalWorkers:

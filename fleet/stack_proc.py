@@ -59,7 +59,7 @@ class Managed:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        cmdline = _cmdline(pid) if _alive(pid) else ""
+        cmdline = command_line(pid) if pid_alive(pid) else ""
         if cmdline and all(marker in cmdline for marker in self.markers):
             return pid
         self.pid_file.unlink(missing_ok=True)
@@ -111,7 +111,8 @@ def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -126,7 +127,8 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def _cmdline(pid: int) -> str:
+def command_line(pid: int) -> str:
+    """The process's arguments joined by spaces; empty when unreadable (or before its exec)."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
@@ -144,7 +146,7 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     """Whether `pid` exits within `timeout_s`."""
     waiting = Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), retry=retry_if_result(bool))
     try:
-        waiting(_alive, pid)
+        waiting(pid_alive, pid)
     except RetryError:
         return False
     return True
