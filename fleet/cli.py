@@ -17,30 +17,30 @@ import asyncio
 import importlib
 import sys
 
-from fleet.config import FleetSettings
-from fleet.topics import ensure_topics
+from common.settings import FleetSettings
+from common.topics import ensure_topics
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
 
 DELEGATES = {
-    "stack": ("fleet.stack", "start, stop or inspect the local Kafka and Redis"),
-    "build-models": ("workers.modelbuild.__main__", "build and register model versions"),
-    "demo": ("fleet.demo", "run the fleet end to end and print a table"),
-    "bench": ("fleet.bench", "batching benchmark: fleet vs raw model throughput and latency per batch config"),
-    "lag": ("fleet.lag", "consumer-group lag per partition and the estimated time to drain it"),
-    "scale": ("fleet.scale", "start or stop local worker processes of a model (--workers N, --status)"),
-    "consistency": ("fleet.consistency", "check served embeddings against an offline recomputation"),
-    "debug": ("fleet.debug", "switch redacted per-request traces on for a while; tail them"),
-    "workers": ("fleet.workers_cli", "live workers: role, device, health, lag, version, heartbeat age"),
-    "drain": ("fleet.workers_cli:drain_main", "take a worker out of service until undrained"),
-    "undrain": ("fleet.workers_cli:undrain_main", "let a drained worker take work again"),
-    "models": ("fleet.models_cli", "registered versions, their manifests and pointers; register a version"),
-    "rollout": ("fleet.rollout_cli", "staged rollout of a candidate: start | status | promote | pause | resume | rollback"),
-    "shadow": ("fleet.shadow_cli", "shadow the candidate version: run | replay a past window | report agreement"),
-    "cache": ("fleet.cache_cli", "clear or inspect a model's result caches"),
-    "cache-eval": ("fleet.cache_eval", "semantic cache false-hit evaluation on paraphrase and near-miss pairs"),
-    "bench-cache": ("fleet.bench_cache", "cache benchmark: exact-hit throughput, hit vs bare round trip, "
+    "stack": ("fleet.stack.cli", "start, stop or inspect the local Kafka and Redis"),
+    "build-models": ("models.build.__main__", "build and register model versions"),
+    "demo": ("fleet.commands.demo", "run the fleet end to end and print a table"),
+    "bench": ("fleet.bench.batching", "batching benchmark: fleet vs raw model throughput and latency per batch config"),
+    "lag": ("fleet.commands.lag", "consumer-group lag per partition and the estimated time to drain it"),
+    "scale": ("fleet.commands.scale", "start or stop local worker processes of a model (--workers N, --status)"),
+    "consistency": ("fleet.commands.consistency", "check served embeddings against an offline recomputation"),
+    "debug": ("fleet.commands.debug", "switch redacted per-request traces on for a while; tail them"),
+    "workers": ("fleet.commands.workers", "live workers: role, device, health, lag, version, heartbeat age"),
+    "drain": ("fleet.commands.workers:drain_main", "take a worker out of service until undrained"),
+    "undrain": ("fleet.commands.workers:undrain_main", "let a drained worker take work again"),
+    "models": ("fleet.commands.models", "registered versions, their manifests and pointers; register a version"),
+    "rollout": ("fleet.commands.rollout", "staged rollout of a candidate: start | status | promote | pause | resume | rollback"),
+    "shadow": ("fleet.commands.shadow", "shadow the candidate version: run | replay a past window | report agreement"),
+    "cache": ("fleet.commands.cache", "clear or inspect a model's result caches"),
+    "cache-eval": ("fleet.commands.cache_eval", "semantic cache false-hit evaluation on paraphrase and near-miss pairs"),
+    "bench-cache": ("fleet.bench.cache", "cache benchmark: exact-hit throughput, hit vs bare round trip, "
                     "throughput with and without caches at a 50% hit rate"),
-    "bench-cache-memory": ("fleet.bench_cache_memory", "exact cache RSS against its configured bound"),
+    "bench-cache-memory": ("fleet.bench.cache_memory", "exact cache RSS against its configured bound"),
 }
 
 

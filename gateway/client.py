@@ -17,7 +17,7 @@ from typing import Any, Self
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
-from fleet.topics import ensure_topics, partitions_of
+from common.topics import ensure_topics, partitions_of
 from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
 from gateway.routing import Router

@@ -2,7 +2,7 @@
 
 import uvicorn
 
-from fleet.logs import configure_logging
+from common.logs import configure_logging
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 

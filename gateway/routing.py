@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from schemas.names import fallback_topic, requests_topic
-from workers.heartbeat import WorkerInfo, list_workers
+from common.heartbeats import WorkerInfo, list_workers
 
 CACHE_S = 1.0
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import Field
 
-from fleet.config import FleetSettings
+from common.settings import FleetSettings
 
 
 class ClientSettings(FleetSettings):

@@ -7,11 +7,11 @@ import signal
 
 from prometheus_client import start_http_server
 
-from fleet.logs import configure_logging
-from workers.consumer import Worker
+from common.logs import configure_logging
+from workers.worker import Worker
 from workers.settings import Role, WorkerSettings
-from workers.shadow import ShadowSettings, serve_shadow
-from workers.takeover import PrimaryTakeover
+from workers.shadow.worker import ShadowSettings, serve_shadow
+from workers.fallback import PrimaryTakeover
 
 
 async def serve(settings: WorkerSettings, *, burst: bool) -> int:

@@ -4,7 +4,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from fleet.config import FleetSettings
+from common.settings import FleetSettings
 
 
 class Role(StrEnum):

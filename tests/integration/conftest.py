@@ -18,13 +18,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
-from fleet.config import FleetSettings
-from fleet.stack import wait_for_kafka, wait_for_redis
-from fleet.topics import partitions_of
+from common.settings import FleetSettings
+from fleet.stack.cli import wait_for_kafka, wait_for_redis
+from common.topics import partitions_of
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
-from workers.backends.base import Backend
-from workers.consumer import Worker, load_backend
+from models.backends.base import Backend
+from workers.worker import Worker, load_backend
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).parents[2]

@@ -5,8 +5,8 @@ from gateway.client import FleetClient
 from schemas.names import requests_topic
 from schemas.wire import ReplyTo, Status, now_ms
 from tests.integration.conftest import MODEL
-from workers.backends.base import Backend
-from workers.consumer import Worker
+from models.backends.base import Backend
+from workers.worker import Worker
 from workers.settings import WorkerSettings
 
 

@@ -7,19 +7,19 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from fleet.config import FleetSettings
+from common.settings import FleetSettings
 from gateway.client import FleetClient
 from schemas.names import semantic_cache_topic, versions_key
 from schemas.wire import CacheTier, ReplyTo, Status
 from tests.integration.conftest import MODEL
 from tests.integration.test_versions import send_in_order, results_of, until
-from workers.backends.base import Backend
-from workers.backends.loader import load_backend_for
+from models.backends.base import Backend
+from models.backends.loader import load_backend_for
 from workers.cache.exact import clear_model_cache, pack_outputs
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.cache.semantic import SemanticCache
-from workers.consumer import Worker
-from workers.registry import ModelRegistry
+from workers.worker import Worker
+from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
 
 FAQ = "faq-intent"

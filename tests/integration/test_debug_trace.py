@@ -2,7 +2,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from fleet.debug import remaining_s, switch_on
+from fleet.commands.debug import remaining_s, switch_on
 from gateway.client import FleetClient, RequestOptions
 from schemas.names import TRACE_TOPIC
 from schemas.wire import TraceRecord

@@ -6,10 +6,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from redis.asyncio import Redis
 
-from fleet import cache_cli
-from fleet.config import FleetSettings
-from fleet.redis_cli import EXIT_REDIS_DOWN
-from fleet.topics import ensure_topics
+from fleet.commands import cache as cache_cli
+from common.settings import FleetSettings
+from fleet.commands.redis_access import EXIT_REDIS_DOWN
+from common.topics import ensure_topics
 from schemas.names import cache_generation_key, exact_cache_pattern, semantic_cache_topic
 from workers.cache.exact import CachedOutputs, ExactCache, clear_model_cache, pack_outputs
 from workers.cache.keys import input_digest, redis_key

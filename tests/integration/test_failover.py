@@ -4,7 +4,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fleet.topics import ensure_topics
+from common.topics import ensure_topics
 from gateway.client import FleetClient
 from schemas.wire import ReplyTo, Request, Result, Status, new_request_id
 from tests.integration.conftest import MODEL, Process, end_offsets, read_from, start_worker

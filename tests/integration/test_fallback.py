@@ -11,9 +11,9 @@ from gateway.client import FleetClient
 from schemas.names import requests_topic, result_key
 from schemas.wire import ReplyTo, Request, Result, Status
 from tests.integration.conftest import MODEL, Process
-from workers.heartbeat import list_workers
+from common.heartbeats import list_workers
 from workers.settings import Role, WorkerSettings
-from workers.takeover import PrimaryTakeover
+from workers.fallback import PrimaryTakeover
 
 
 async def results_for(redis: Redis, requests: list[Request], timeout_s: float) -> dict[str, Result]:
@@ -96,7 +96,7 @@ async def test_pipeline_keeps_producing_with_every_primary_down_then_a_primary_r
 async def test_oom_above_16_splits_batches_and_the_cap_recovers(client: FleetClient, producer,  # type: ignore[no-untyped-def]
                                                                 worker_settings: WorkerSettings, backend,
                                                                 redis: Redis) -> None:
-    from workers.consumer import Worker
+    from workers.worker import Worker
 
     settings = worker_settings.model_copy(update={"fault_injection": True, "fault_oom_above_batch": 16,
                                                   "max_batch_size": 32, "oom_clean_period_s": 0.2})
@@ -145,7 +145,7 @@ async def test_a_cuda_worker_without_a_gpu_reports_failed_and_fallback_serves(
 
 async def test_drain_hands_partitions_over_and_undrain_brings_the_worker_back(
         client: FleetClient, serve, worker_settings: WorkerSettings, redis: Redis) -> None:  # type: ignore[no-untyped-def]
-    from workers.heartbeat import drain, undrain
+    from common.heartbeats import drain, undrain
 
     async def settle(check, seconds: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
         give_up = time.monotonic() + seconds

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import MODEL, Process
-from workers.backends.base import Backend
+from models.backends.base import Backend
 
 IDLE_MODEL = "idle-model"  # accepted by the gateway, served by no worker: its requests time out
 RULE_MODEL = "rules-model"  # served by no worker, with a rule-based safe answer configured

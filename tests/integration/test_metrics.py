@@ -4,7 +4,7 @@ from prometheus_client import generate_latest
 
 from gateway.client import FleetClient
 from tests.integration.conftest import MODEL
-from workers.backends.base import Backend
+from models.backends.base import Backend
 
 
 async def test_a_serving_worker_exports_batch_queue_and_inference_histograms(client: FleetClient, serve,  # type: ignore[no-untyped-def]

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from fleet import consistency
-from fleet.consistency import ConsistencySettings, check_consistency, format_report
-from fleet.lag import HEADERS, collect_lag, format_table, table_rows
-from fleet.scale import LocalWorkers, ScaleRefused, ScaleSettings, scale
-from fleet.topics import ensure_topics, partitions_of
+from fleet.commands import consistency
+from fleet.commands.consistency import ConsistencySettings, check_consistency, format_report
+from fleet.commands.lag import HEADERS, collect_lag, format_table, table_rows
+from fleet.commands.scale import LocalWorkers, ScaleRefused, ScaleSettings, scale
+from common.topics import ensure_topics, partitions_of
 from gateway.client import FleetClient
 from schemas.names import requests_topic
 from schemas.wire import ReplyTo, Request, Result, Status, new_request_id
 from tests.integration.conftest import MODEL, end_offsets, read_from
-from workers.backends.base import Backend
-from workers.consumer import Worker
-from workers.registry import ModelRegistry
+from models.backends.base import Backend
+from workers.worker import Worker
+from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
 
 CONSISTENCY_SAMPLE = 60

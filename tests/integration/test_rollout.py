@@ -21,10 +21,10 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from fleet import models_cli, rollout_cli
-from fleet.config import FleetSettings
+from fleet.commands import models as models_cli, rollout as rollout_cli
+from common.settings import FleetSettings
 from schemas.names import shadow_stats_key, version_stats_key, versions_audit_stream, versions_key
-from workers.registry import (
+from models.registry import (
     AccuracyCheck,
     ModelManifest,
     ModelNotFound,
@@ -34,10 +34,10 @@ from workers.registry import (
     TensorSpec,
     hash_files,
 )
-from workers.versions.pointers import PointerConflict, PointerError, RolloutState, VersionPointers
-from workers.versions.rollout import RolloutController, RolloutEvent, read_report
-from workers.versions.rollout_gates import RolloutPlan
-from workers.versions.stats import VersionStatsRecorder
+from versions.pointers import PointerConflict, PointerError, RolloutState, VersionPointers
+from versions.rollout import RolloutController, RolloutEvent, read_report
+from versions.rollout_gates import RolloutPlan
+from versions.stats import VersionStatsRecorder
 
 pytestmark = pytest.mark.integration
 

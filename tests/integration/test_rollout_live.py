@@ -11,13 +11,13 @@ from schemas.names import shadow_stats_key, version_stats_key, versions_key
 from schemas.wire import ReplyTo
 from tests.integration.conftest import MODEL
 from tests.integration.test_versions import send_in_order
-from workers.backends.base import Backend
-from workers.consumer import Worker
-from workers.registry import ModelRegistry
+from models.backends.base import Backend
+from workers.worker import Worker
+from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
-from workers.versions.pointers import VersionPointers
-from workers.versions.rollout import RolloutController
-from workers.versions.rollout_gates import RolloutPlan
+from versions.pointers import VersionPointers
+from versions.rollout import RolloutController
+from versions.rollout_gates import RolloutPlan
 
 # Short stages for a test; production defaults are minutes (RolloutPlan()).
 PLAN = RolloutPlan(stages=(10, 50, 100), min_stage_s=1.0, shadow_min_s=0.0, shadow_min_compared=0,

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from fleet.config import FleetSettings
+from common.settings import FleetSettings
 from schemas.names import semantic_cache_topic
 from workers.cache.semantic import SemanticCache
 from workers.cache.semantic_log import SemanticEntry, SemanticLog

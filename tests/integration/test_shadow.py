@@ -14,21 +14,21 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
-from fleet.config import FleetSettings
-from fleet.shadow_cli import build_report, recent_comparisons
-from fleet.topics import ensure_topics, partitions_of
+from common.settings import FleetSettings
+from fleet.commands.shadow import build_report, recent_comparisons
+from common.topics import ensure_topics, partitions_of
 from schemas.names import comparisons_topic, requests_topic, result_key, reply_stream, shadow_stats_key, versions_key
 from schemas.shadow import Comparison, LiveSource
 from schemas.wire import ReplyTo, Request, Result, Status, new_request_id, now_ms
 from tests.integration.conftest import MODEL
 from tests.unit.built_models import built_registry
-from workers.backends.base import Backend
-from workers.backends.loader import load_backend_for
+from models.backends.base import Backend
+from models.backends.loader import load_backend_for
 from workers.settings import WorkerSettings
-from workers.shadow import ShadowWorker
-from workers.shadow_compare import sampled
-from workers.shadow_engine import ShadowSettings
-from workers.shadow_replay import ReplayWindow, ShadowReplay
+from workers.shadow.worker import ShadowWorker
+from workers.shadow.compare import sampled
+from workers.shadow.engine import ShadowSettings
+from workers.shadow.replay import ReplayWindow, ShadowReplay
 
 pytestmark = pytest.mark.integration
 

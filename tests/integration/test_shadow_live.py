@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from gateway.client import FleetClient
 from schemas.names import shadow_stats_key
 from tests.integration.conftest import MODEL, ROOT, Process, start_worker
-from workers.registry import ModelRegistry
+from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
 
 BLOCK = 40

@@ -7,16 +7,16 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from fleet.config import FleetSettings
+from common.settings import FleetSettings
 from gateway.client import FleetClient, RequestOptions
 from schemas.names import requests_topic, versions_key
 from schemas.wire import ReplyTo, Request, Result, Status
 from tests.integration.conftest import MODEL
-from workers.backends.base import Backend
-from workers.consumer import Worker
-from workers.registry import ModelRegistry
+from models.backends.base import Backend
+from workers.worker import Worker
+from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
-from workers.versions.routing import version_for
+from versions.routing import version_for
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from gateway.client import FleetClient
 from schemas.names import DLQ_TOPIC, requests_topic
 from schemas.wire import DeadLetter, ReplyTo, Status, new_request_id, now_ms
 from tests.integration.conftest import MODEL, end_offsets, read_from, serving
-from workers.backends.base import Backend
-from workers.consumer import Worker, load_backend
+from models.backends.base import Backend
+from workers.worker import Worker, load_backend
 from workers.settings import WorkerSettings
 
 

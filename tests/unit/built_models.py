@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.config import FleetSettings
-from workers.registry import ModelManifest, ModelNotFound, ModelRegistry
+from common.settings import FleetSettings
+from models.registry import ModelManifest, ModelNotFound, ModelRegistry
 
 MODEL_NAME = "minilm-embed"
 REPO_ROOT = Path(__file__).resolve().parents[2]

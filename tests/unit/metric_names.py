@@ -1,7 +1,7 @@
 """The fleet_ metric names the code exports, and the names a PromQL expression uses.
 
 Shared by test_alert_rules.py and test_dashboard.py: every name an alert rule or a dashboard
-query reads must be one that workers/metrics.py (WorkerMetrics), workers/shadow_engine.py
+query reads must be one that workers/observability/metrics.py (WorkerMetrics), workers/shadow/engine.py
 (ShadowMetrics) or gateway/app.py (GatewayMetrics) exports. The exported set comes from the registries themselves, never from
 a list kept by hand.
 """
@@ -14,8 +14,8 @@ from functools import cache
 from prometheus_client import CollectorRegistry
 
 from gateway.app import GatewayMetrics
-from workers.metrics import WorkerMetrics
-from workers.shadow_engine import ShadowMetrics
+from workers.observability.metrics import WorkerMetrics
+from workers.shadow.engine import ShadowMetrics
 
 PREFIX = "fleet_"
 

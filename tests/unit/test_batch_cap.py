@@ -1,4 +1,4 @@
-from workers.batch_cap import BatchSizeCap
+from workers.batching.sizing import BatchSizeCap
 
 
 class Clock:

@@ -1,6 +1,6 @@
 import pytest
 
-from workers.batching import IDLE_POLL_MS, BatchPolicy, BatchView
+from workers.batching.policy import IDLE_POLL_MS, BatchPolicy, BatchView
 from workers.settings import BatchPolicyName
 
 ADAPTIVE = BatchPolicy(32, 20, BatchPolicyName.adaptive)

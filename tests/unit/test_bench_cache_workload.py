@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from fleet.bench_cache_workload import (CLOSERS, OPENERS, TierShares, base_texts, cache_workload, calibrate_exponent,
+from fleet.bench.cache_workload import (CLOSERS, OPENERS, TierShares, base_texts, cache_workload, calibrate_exponent,
                                         expected_repeat_share, failed, format_verdicts, query_groups, query_set,
                                         tier_shares, verdicts, zipf_draw, zipf_weights)
 

@@ -9,12 +9,12 @@ import statistics
 import numpy as np
 import pytest
 
-from fleet.bench import CONFIGS, BatchingConfig
-from fleet.bench_fleet import CpuCounters, CpuSplit
-from fleet.bench_raw import RawThroughput, chunks
-from fleet.bench_report import BenchRow, PhaseSummary, check_targets
-from fleet.bench_stats import LatencySummary, percentile, poisson_arrivals
-from fleet.bench_workload import (MAX_WORDS, format_histogram, length_histogram, support_queries,
+from fleet.bench.batching import CONFIGS, BatchingConfig
+from fleet.bench.fleet_process import CpuCounters, CpuSplit
+from fleet.bench.raw import RawThroughput, chunks
+from fleet.bench.report import BenchRow, PhaseSummary, check_targets
+from fleet.bench.stats import LatencySummary, percentile, poisson_arrivals
+from fleet.bench.workload import (MAX_WORDS, format_histogram, length_histogram, support_queries,
                                   word_count)
 
 

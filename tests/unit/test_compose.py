@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet.config import ENV_PREFIX, FleetSettings
+from common.settings import ENV_PREFIX, FleetSettings
 from gateway.settings import GatewaySettings
 from workers.settings import WorkerSettings
 

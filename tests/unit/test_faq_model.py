@@ -13,13 +13,13 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.unit.built_models import built_registry
-from workers.backends.loader import load_backend_for
-from workers.backends.onnx import OnnxEmbeddingBackend
-from workers.modelbuild.faq import FAQ_MODEL_NAME, HELDOUT_MIN_ACCURACY, check_heldout_accuracy
-from workers.modelbuild.faq_data import load_faq_dataset
-from workers.modelbuild.head import PROBABILITIES, HeadHyperparameters, append_head, train_head
-from workers.modelbuild.provenance import code_commit
-from workers.registry import ModelManifest, ModelNotFound, ModelRegistry, RegistryError
+from models.backends.loader import load_backend_for
+from models.backends.onnx import OnnxEmbeddingBackend
+from models.build.faq import FAQ_MODEL_NAME, HELDOUT_MIN_ACCURACY, check_heldout_accuracy
+from models.build.faq_data import load_faq_dataset
+from models.build.head import PROBABILITIES, HeadHyperparameters, append_head, train_head
+from models.build.provenance import code_commit
+from models.registry import ModelManifest, ModelNotFound, ModelRegistry, RegistryError
 from workers.settings import WorkerSettings
 
 # Paraphrases written for this test, plus one held-out example; none is a training example.

@@ -7,10 +7,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from workers.backends.base import Backend, Encoded
-from workers.backends.errors import DeviceError, DeviceOutOfMemory
-from workers.faults import FaultInjector, FaultyBackend
-from workers.registry import AccuracyCheck, ModelManifest, ModelSource, OutputSpec, TensorSpec
+from models.backends.base import Backend, Encoded
+from models.backends.errors import DeviceError, DeviceOutOfMemory
+from workers.health.faults import FaultInjector, FaultyBackend
+from models.registry import AccuracyCheck, ModelManifest, ModelSource, OutputSpec, TensorSpec
 from workers.settings import WorkerSettings
 
 DIM = 4

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from workers.backends.errors import DeviceError
-from workers.health import GpuReading, HealthMonitor, HealthState, cuda_index
+from models.backends.errors import DeviceError
+from workers.health.monitor import GpuReading, HealthMonitor, HealthState, cuda_index
 from workers.settings import WorkerSettings
 
 

@@ -14,11 +14,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from fleet import workers_cli
-from fleet.config import FleetSettings
+from fleet.commands import workers as workers_cli
+from common.settings import FleetSettings
 from schemas.names import WORKER_MODELS_KEY, workers_index_key
-from workers.health import HealthState
-from workers.heartbeat import (
+from workers.health.monitor import HealthState
+from common.heartbeats import (
     BeatFields,
     Heartbeat,
     WorkerInfo,

@@ -1,6 +1,6 @@
 import numpy as np
 
-from workers.backends.base import Encoded
+from models.backends.base import Encoded
 
 
 def pad(rows):  # type: ignore[no-untyped-def]

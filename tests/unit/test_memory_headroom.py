@@ -1,6 +1,6 @@
 import pytest
 
-from workers.backends.memory import cuda_total_bytes, memory_limit
+from models.backends.memory import cuda_total_bytes, memory_limit
 
 
 def test_headroom_keeps_that_fraction_free() -> None:

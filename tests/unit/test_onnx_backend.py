@@ -11,10 +11,10 @@ import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
-from workers.backends import Backend
-from workers.backends.onnx import CUDA_PROVIDER, DeviceUnavailable, OnnxEmbeddingBackend
+from models.backends import Backend
+from models.backends.onnx import CUDA_PROVIDER, DeviceUnavailable, OnnxEmbeddingBackend
 from tests.unit.built_models import MODEL_NAME, built_registry, resolve_or_skip
-from workers.registry import ModelIntegrityError, ModelRegistry
+from models.registry import ModelIntegrityError, ModelRegistry
 
 DIM = 384
 

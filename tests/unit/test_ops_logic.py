@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fleet.consistency import (
+from fleet.commands.consistency import (
     EXIT_AGREES,
     EXIT_DISAGREES,
     EXIT_NOTHING_COMPARED,
@@ -15,8 +15,8 @@ from fleet.consistency import (
     format_report,
     row_cosines,
 )
-from fleet.lag import HEADERS, STALLED, GroupLag, PartitionLag, drain_seconds, format_duration, format_table, table_rows
-from fleet.scale import ScaleRefused, plan_scale, worker_id, worker_number
+from fleet.commands.lag import HEADERS, STALLED, GroupLag, PartitionLag, drain_seconds, format_duration, format_table, table_rows
+from fleet.commands.scale import ScaleRefused, plan_scale, worker_id, worker_number
 
 # --- lag --------------------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ def test_a_worker_spawned_a_moment_ago_counts_as_alive() -> None:
     import signal
     import sys
 
-    from fleet.scale import WORKER_MODULE, process_alive
+    from fleet.commands.scale import WORKER_MODULE, process_alive
 
     for _ in range(100):
         pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import time; time.sleep(5)", WORKER_MODULE],

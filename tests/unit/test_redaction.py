@@ -1,6 +1,6 @@
 import pytest
 
-from workers.redaction import Redactor
+from workers.observability.redaction import Redactor
 
 REDACT = Redactor.with_defaults()
 

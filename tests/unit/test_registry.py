@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.registry import (
+from models.registry import (
     MANIFEST_FILE,
     AccuracyCheck,
     CheckNotPassed,

@@ -7,8 +7,8 @@ from pydantic import ValidationError
 
 from redis.asyncio import Redis
 
-from workers.versions.pointers import PointerState, RolloutState
-from workers.versions.rollout_gates import (
+from versions.pointers import PointerState, RolloutState
+from versions.rollout_gates import (
     RolloutPlan,
     RolloutSettings,
     Verdict,
@@ -16,7 +16,7 @@ from workers.versions.rollout_gates import (
     evaluate_stage,
     pick_baseline,
 )
-from workers.versions.stats import (
+from versions.stats import (
     BUCKET_FIELDS,
     LATENCY_BOUNDS_MS,
     ShadowSnapshot,

@@ -3,9 +3,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from workers.backends.base import Encoded
-from workers.backends.errors import DeviceError, DeviceOutOfMemory
-from workers.run_batch import OutOfMemoryForOneRow, run_batch
+from models.backends.base import Encoded
+from models.backends.errors import DeviceError, DeviceOutOfMemory
+from workers.compute.run_batch import OutOfMemoryForOneRow, run_batch
 
 
 class FakeBackend:

@@ -189,7 +189,7 @@ def test_concurrent_lookups_and_adds_keep_the_counts_consistent() -> None:
 
 
 def test_the_real_encoder_serves_a_paraphrase_but_not_a_negation_or_a_number_change() -> None:
-    from workers.backends.onnx import OnnxEmbeddingBackend
+    from models.backends.onnx import OnnxEmbeddingBackend
 
     registry = built_registry()
     encoder = OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"), warmup=False)
@@ -205,8 +205,8 @@ def test_the_real_encoder_serves_a_paraphrase_but_not_a_negation_or_a_number_cha
 
 
 def test_the_shipped_default_meets_the_issue_targets_on_the_evaluation_pairs() -> None:
-    from fleet.cache_eval import evaluate, load_pairs, recommend
-    from workers.backends.onnx import OnnxEmbeddingBackend
+    from fleet.commands.cache_eval import evaluate, load_pairs, recommend
+    from models.backends.onnx import OnnxEmbeddingBackend
 
     registry = built_registry()
     encoder = OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"), warmup=False)

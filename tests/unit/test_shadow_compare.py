@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from aiokafka import TopicPartition
 
-from fleet.shadow_report import summarise, table, worst_first
-from workers.versions.stats import ShadowSnapshot
+from fleet.commands.shadow_report import summarise, table, worst_first
+from versions.stats import ShadowSnapshot
 from schemas.shadow import Comparison, ComparisonKind, LiveSource, excerpt
 from schemas.wire import CacheTier, Request, Result, Status, WireError, new_request_id
-from workers.shadow_compare import (Side, StatsDelta, cosine, judge, live_answer, live_timing, make_comparison,
+from workers.shadow.compare import (Side, StatsDelta, cosine, judge, live_answer, live_timing, make_comparison,
                                     queue_increments, sampled)
-from workers.shadow_replay import ReplayWindow, clamp_ranges, parse_duration, parse_time
+from workers.shadow.replay import ReplayWindow, clamp_ranges, parse_duration, parse_time
 
 CANDIDATE = "minilm-embed-20261130-004"
 STABLE = "minilm-embed-20261130-003"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from fleet import stack_kafka, stack_redis
-from fleet.stack import Stack, StackSettings
-from fleet.stack_proc import Endpoint, Managed, StackError
+from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis
+from fleet.stack.cli import Stack, StackSettings
+from fleet.stack.proc import Endpoint, Managed, StackError
 
 
 def _props(text: str) -> dict[str, str]:

@@ -18,14 +18,14 @@ import numpy.typing as npt
 import pytest
 import torch
 
-from workers.backends import Backend
-from workers.backends.errors import DeviceError, DeviceOutOfMemory
-from workers.backends.loader import load_backend_for
-from workers.backends.onnx import DeviceUnavailable, OnnxEmbeddingBackend
-from workers.backends.torch_backend import NoTorchArtifacts, TorchEmbeddingBackend
-from workers.modelbuild.sentences import SERVING_SENTENCES
+from models.backends import Backend
+from models.backends.errors import DeviceError, DeviceOutOfMemory
+from models.backends.loader import load_backend_for
+from models.backends.onnx import DeviceUnavailable, OnnxEmbeddingBackend
+from models.backends.torch_backend import NoTorchArtifacts, TorchEmbeddingBackend
+from models.build.sentences import SERVING_SENTENCES
 from tests.unit.built_models import MODEL_NAME, built_registry, resolve_or_skip
-from workers.registry import ModelIntegrityError, ModelManifest, ModelRegistry
+from models.registry import ModelIntegrityError, ModelManifest, ModelRegistry
 from workers.settings import WorkerSettings
 
 DIM = 384

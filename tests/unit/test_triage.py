@@ -3,7 +3,7 @@ from dataclasses import dataclass
 import msgpack
 
 from schemas.wire import ReplyTo, Request, Status, new_request_id
-from workers.triage import Provenance, triage
+from workers.compute.triage import Provenance, triage
 
 WHO = Provenance(model="minilm-embed", version="minilm-embed-20261130-001", device="cpu", worker="w")
 NOW = 1_800_000_000_000

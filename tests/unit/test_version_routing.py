@@ -5,8 +5,8 @@ from hashlib import blake2b
 
 import pytest
 
-from workers.versions.pointers import PointerState
-from workers.versions.routing import BUCKETS, bucket_of, candidate_buckets, pick_version, version_for
+from versions.pointers import PointerState
+from versions.routing import BUCKETS, bucket_of, candidate_buckets, pick_version, version_for
 
 IDS = [uuid.UUID(int=n * 7919 + 13).hex for n in range(20_000)]
 

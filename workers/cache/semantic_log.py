@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from fleet.topics import partitions_of
+from common.topics import partitions_of
 from workers.cache.semantic import SemanticCache, entry_key
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,128 @@
+"""`fleet cache`: invalidate and inspect a model's result caches.
+
+    fleet cache clear <model> [--version V]   drop the exact entries (Redis + every worker's
+                                              in-process tier) and the semantic-cache topic(s)
+    fleet cache stats <model>                 Redis entries per version, the cache generation,
+                                              Redis memory and its eviction policy
+
+Clearing bumps the model's cache generation first, so no worker serves an old exact entry from
+Redis from that moment on, and each worker drops its in-process tier at its next generation
+refresh. The bump is model-wide: clearing one version also retires the other versions' exact
+entries (unread until they expire). Semantic entries live in one compacted Kafka topic per
+model version; deleting the topic drops them, and workers start a fresh one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections import Counter
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from redis.asyncio import Redis
+
+from common.settings import FleetSettings
+from fleet.commands.redis_access import with_redis
+from schemas.names import TOPIC_PREFIX, cache_generation_key, exact_cache_pattern, semantic_cache_topic
+from workers.cache.exact import SCAN_BATCH, clear_model_cache
+from models.registry import parse_version_id
+
+EXIT_OK = 0
+EXIT_KAFKA_DOWN = 3
+
+
+def semantic_topics_of(model: str, version: str | None, existing: list[str]) -> list[str]:
+    """The semantic-cache topics of a model (or one version) among existing topics.
+
+    Model names may contain dots, so a bare prefix match would also catch model `a.b` when
+    clearing `a`; a version id is `<model>-YYYYMMDD-NNN`, which tells them apart.
+    """
+    if version is not None:
+        wanted = semantic_cache_topic(model, version)
+        return [wanted] if wanted in existing else []
+    prefix = semantic_cache_topic(model, "")
+    return sorted(t for t in existing
+                  if t.startswith(prefix) and parse_version_id(model, t.removeprefix(prefix)) is not None)
+
+
+async def delete_semantic_topics(bootstrap: str, model: str, version: str | None) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        doomed = semantic_topics_of(model, version, await admin.list_topics())
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    finally:
+        await admin.close()
+
+
+def parse_entry_key(model: str, key: str) -> tuple[str, int] | None:
+    """(version, generation) of `fleet:cache:<model>:<version>:g<gen>:<digest>`, None for other keys."""
+    parts = key.removeprefix(f"{TOPIC_PREFIX}:cache:{model}:").split(":")
+    if len(parts) != 3 or not parts[1].startswith("g") or not parts[1][1:].isdigit():
+        return None
+    return parts[0], int(parts[1][1:])
+
+
+async def clear(redis: Redis, settings: FleetSettings, model: str, version: str | None) -> int:
+    what = f"{model} version {version}" if version else f"{model} (all versions)"
+    deleted = await clear_model_cache(redis, model, version)
+    generation = int(await redis.get(cache_generation_key(model)) or 0)
+    print(f"exact cache of {what}: {deleted} Redis entries deleted; generation now {generation} "
+          "(workers drop their in-process tier at their next refresh)")
+    try:
+        topics = await delete_semantic_topics(settings.kafka_bootstrap, model, version)
+    except (KafkaError, OSError) as exc:
+        print(f"semantic cache of {what}: cannot reach Kafka at {settings.kafka_bootstrap}: {exc}; "
+              "the exact cache is cleared, rerun to delete the semantic topics", file=sys.stderr)
+        return EXIT_KAFKA_DOWN
+    print(f"semantic cache of {what}: " + (f"deleted topic(s) {', '.join(topics)}" if topics else "no topic to delete"))
+    return EXIT_OK
+
+
+async def stats(redis: Redis, model: str) -> int:
+    generation = int(await redis.get(cache_generation_key(model)) or 0)
+    current: Counter[str] = Counter()
+    stale: Counter[str] = Counter()
+    async for raw in redis.scan_iter(match=exact_cache_pattern(model), count=SCAN_BATCH):
+        parsed = parse_entry_key(model, raw.decode() if isinstance(raw, bytes) else raw)
+        if parsed is not None:
+            (current if parsed[1] == generation else stale)[parsed[0]] += 1
+    memory = await redis.info("memory")
+    print(f"exact cache of {model}: generation {generation}")
+    versions = sorted(set(current) | set(stale))
+    if versions:
+        width = max(len("version"), *(len(v) for v in versions))
+        print(f"  {'version'.ljust(width)}  {'entries':>9}  {'stale':>9}")
+        for v in versions:
+            print(f"  {v.ljust(width)}  {current[v]:>9}  {stale[v]:>9}")
+        print("  (stale: written before the last `fleet cache clear`; never read, gone at their TTL)")
+    else:
+        print("  no entries in Redis")
+    print(f"redis memory: used {memory.get('used_memory_human', '?')}, "
+          f"maxmemory {memory.get('maxmemory_human', '?')} ({memory.get('maxmemory', '?')} bytes), "
+          f"policy {memory.get('maxmemory_policy', '?')}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fleet cache", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="action", required=True)
+    clear_parser = commands.add_parser("clear", help="drop a model's cached results (exact and semantic)")
+    clear_parser.add_argument("model")
+    clear_parser.add_argument("--version", help="only this model version (default: every version)")
+    stats_parser = commands.add_parser("stats", help="Redis entries per version, generation, Redis memory")
+    stats_parser.add_argument("model")
+    args = parser.parse_args(argv)
+    settings = FleetSettings()
+    if args.action == "clear":
+        return asyncio.run(with_redis(settings, lambda redis: clear(redis, settings, args.model, args.version)))
+    return asyncio.run(with_redis(settings, lambda redis: stats(redis, args.model)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,311 @@
+"""`fleet models`: the registered model versions and which of them serves.
+
+    fleet models list [MODEL]                  versions with precision, task, parent, check; pointer markers
+    fleet models show VERSION_OR_MODEL         one manifest in full (a model: its stable version) + pointers
+    fleet models register PATH_OR_URL         copy a version folder (manifest.json + artifacts) into the
+                                               registry and register it; URLs (s3://, file://, ...) need fsspec
+    fleet models set-stable MODEL VERSION      point stable at VERSION (audited)
+    fleet models history MODEL                 who changed the pointers, when, and why
+
+Pointers live in Redis; the registry folder is FLEET_MODEL_DIR (default <FLEET_HOME>/models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import importlib.util
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from common.settings import FleetSettings
+from fleet.commands.redis_access import with_redis
+from models.registry import MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, parse_version_id
+from versions.pointers import AuditEntry, PointerError, PointerState, VersionPointers
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+SHORT_SHA = 12
+
+
+def default_actor() -> str:
+    """`$USER@host`: who the audit log names for a change made from this shell."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+    header = line(headers)
+    return "\n".join([header, "-" * len(header), *(line(r) for r in rows)])
+
+
+def format_ms(time_ms: int) -> str:
+    return datetime.fromtimestamp(time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ") if time_ms else "-"
+
+
+def model_of(version_or_model: str) -> str:
+    """The model name of a version id `<name>-YYYYMMDD-NNN`, or the argument itself when it is a name."""
+    parts = version_or_model.rsplit("-", 2)
+    if len(parts) == 3 and parse_version_id(parts[0], version_or_model) is not None:
+        return parts[0]
+    return version_or_model
+
+
+async def read_pointers(settings: FleetSettings, model: str) -> PointerState | None:
+    """The pointers, or None (with a note) when Redis does not answer: listing works without it."""
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
+    try:
+        return await VersionPointers(redis, model).get()
+    except (RedisError, OSError) as exc:
+        print(f"(pointers unknown: Redis at {settings.redis_url} does not answer: {exc})", file=sys.stderr)
+        return None
+    finally:
+        await redis.aclose()
+
+
+def markers(manifest: ModelManifest, pointers: PointerState | None) -> str:
+    if pointers is None:
+        return "?"
+    marks = [name for name, version in (("stable", pointers.stable), ("candidate", pointers.candidate),
+                                        ("previous", pointers.previous)) if version == manifest.id]
+    if pointers.candidate == manifest.id:
+        marks[marks.index("candidate")] = f"candidate {pointers.percent:g}% ({pointers.state})"
+    return ", ".join(marks)
+
+
+def check_cell(manifest: ModelManifest) -> str:
+    check = manifest.check
+    return f"{check.name}: {check.metric} {check.value:.4g} {check.comparison} {check.threshold:g}"
+
+
+def list_rows(manifests: Sequence[ModelManifest], pointers: PointerState | None) -> list[tuple[str, ...]]:
+    return [(m.id, m.precision, str(getattr(m, "task", "embedding")), m.created.strftime("%Y-%m-%d %H:%M"),
+             m.parent or "-", check_cell(m), markers(m, pointers)) for m in manifests]
+
+
+def cmd_list(settings: FleetSettings, registry: ModelRegistry, model: str | None) -> int:
+    found = sorted(p.name for p in registry.root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if registry.root.is_dir() else []
+    names = [model] if model else found
+    if not names:
+        print(f"no models registered in {registry.root} (run scripts/build-models)")
+        return EXIT_OK
+    for name in names:
+        manifests = registry.versions(name)
+        if not manifests:
+            print(f"{name}: no registered versions in {registry.root}")
+            continue
+        pointers = asyncio.run(read_pointers(settings, name))
+        print(f"{name}")
+        print(format_table(("version", "precision", "task", "created", "parent", "check", "pointers"),
+                           list_rows(manifests, pointers)))
+        print()
+    return EXIT_OK
+
+
+def describe(manifest: ModelManifest) -> list[tuple[str, str]]:
+    hyper = getattr(manifest, "hyperparameters", {}) or {}
+    labels = getattr(manifest, "labels", ()) or ()
+    lines = [
+        ("id", manifest.id), ("name", manifest.name), ("created", manifest.created.isoformat()),
+        ("precision", manifest.precision), ("task", str(getattr(manifest, "task", "embedding"))),
+        ("parent", manifest.parent or "-"),
+        ("source", f"{manifest.source.package} {manifest.source.package_version} ({manifest.source.base_model})"),
+        ("training data", getattr(manifest, "training_data", None) or "-"),
+        ("code commit", getattr(manifest, "code_commit", None) or "-"),
+        ("hyperparameters", ", ".join(f"{k}={v}" for k, v in sorted(hyper.items())) or "-"),
+        ("labels", ", ".join(labels) or "-"),
+        ("inputs", ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in manifest.inputs)),
+        ("outputs", ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in manifest.outputs)),
+        ("max length", str(manifest.max_length)),
+        ("check", check_cell(manifest) + (" passed" if manifest.check.passed else " FAILED")),
+    ]
+    lines += [("recipe " + key, value) for key, value in sorted(manifest.recipe.items())]
+    lines += [("file " + name, digest[:SHORT_SHA]) for name, digest in sorted(manifest.files.items())]
+    return lines
+
+
+def describe_pointers(pointers: PointerState) -> list[tuple[str, str]]:
+    if pointers.stable is None and pointers.state == "idle":
+        return [("pointers", "none set (fleet models set-stable)")]
+    return [("stable", pointers.stable or "-"), ("candidate", pointers.candidate or "-"),
+            ("rollout", f"{pointers.state}, stage {pointers.stage}, {pointers.percent:g}% to candidate"),
+            ("previous", pointers.previous or "-"),
+            ("last change", f"{format_ms(pointers.updated_ms)} by {pointers.actor}: {pointers.reason}")]
+
+
+def cmd_show(settings: FleetSettings, registry: ModelRegistry, target: str) -> int:
+    model = model_of(target)
+    pointers = asyncio.run(read_pointers(settings, model))
+    if target == model:
+        version = pointers.stable if pointers is not None and pointers.stable else None
+        manifest = registry.resolve(model, version)
+    else:
+        manifest = registry.resolve(model, target)
+    rows = describe(manifest) + ([] if pointers is None else describe_pointers(pointers))
+    width = max(len(key) for key, _ in rows)
+    print("\n".join(f"{key.ljust(width)}  {value}" for key, value in rows))
+    return EXIT_OK
+
+
+def _fetch_remote(url: str, into: Path) -> None:
+    """Copy manifest.json and every artifact it lists from an fsspec URL into `into`."""
+    try:
+        import fsspec  # type: ignore[import-untyped]  # optional: only object-store registries need it
+    except ImportError as exc:
+        raise RegistryError(f"{url} is a URL: registering from it needs fsspec (pip install fsspec, plus "
+                            "s3fs/gcsfs for s3:// or gs://), which is not installed") from exc
+    fs, root = fsspec.core.url_to_fs(url)
+    root = root.rstrip("/")
+    manifest_bytes: bytes = fs.cat_file(f"{root}/{MANIFEST_FILE}")
+    manifest = ModelManifest.model_validate_json(manifest_bytes)
+    for filename in manifest.files:
+        target = into / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(f"{root}/{filename}", str(target))
+    (into / MANIFEST_FILE).write_bytes(manifest_bytes)
+
+
+def _copy_local(source: Path, into: Path) -> None:
+    manifest = ModelManifest.model_validate_json((source / MANIFEST_FILE).read_text(encoding="utf-8"))
+    for filename in manifest.files:
+        target = into / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / filename, target)
+    shutil.copy2(source / MANIFEST_FILE, into / MANIFEST_FILE)
+
+
+def _has_fsspec() -> bool:
+    return importlib.util.find_spec("fsspec") is not None
+
+
+def fetch_version(source: str, into: Path) -> None:
+    """manifest.json and the files it lists, from a folder, a file:// URL, or any fsspec URL."""
+    if "://" in source and (_has_fsspec() or not source.startswith("file://")):
+        _fetch_remote(source, into)
+        return
+    path = Path(source.removeprefix("file://"))
+    if not (path / MANIFEST_FILE).is_file():
+        raise RegistryError(f"{path} holds no {MANIFEST_FILE}: not a model version folder")
+    _copy_local(path, into)
+
+
+def register_from(registry: ModelRegistry, source: str) -> ModelManifest:
+    """Stage the version in a hidden folder, move it into place, then register (which checks every hash).
+
+    Only manifest.json and the files it lists are copied; a version that fails its hashes or its
+    check is removed again, so the registry never keeps a folder it refused.
+    """
+    registry.root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=registry.root, prefix=".incoming-"))
+    try:
+        fetch_version(source, staging)
+        manifest = ModelManifest.model_validate_json((staging / MANIFEST_FILE).read_text(encoding="utf-8"))
+        folder = registry.version_dir(manifest.name, manifest.id)
+        if folder.exists():
+            raise RegistryError(f"{folder} already exists: {manifest.id} is registered (or being built); "
+                                "versions are immutable")
+        (staging / MANIFEST_FILE).unlink()  # register() writes it, last and atomically
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        return registry.register(manifest)
+    except RegistryError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def cmd_register(registry: ModelRegistry, source: str) -> int:
+    manifest = register_from(registry, source)
+    print(f"registered {manifest.id} ({manifest.precision}) in {registry.version_dir(manifest.name, manifest.id)}")
+    return EXIT_OK
+
+
+def change_summary(entry: AuditEntry) -> str:
+    keys = ("stable", "candidate", "state", "stage", "percent", "previous")
+    changed = [f"{k} {entry.before.get(k, '-')} -> {entry.after.get(k, '-')}" for k in keys
+               if entry.before.get(k) != entry.after.get(k)]
+    return "; ".join(changed) or "no change"
+
+
+def history_rows(entries: Sequence[AuditEntry]) -> list[tuple[str, ...]]:
+    return [(format_ms(e.time_ms), e.actor, e.action, change_summary(e), e.reason) for e in entries]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fleet models", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("list", help="registered versions")
+    listing.add_argument("model", nargs="?")
+    show = commands.add_parser("show", help="one version's manifest and the model's pointers")
+    show.add_argument("target", metavar="VERSION_OR_MODEL")
+    register = commands.add_parser("register", help="copy a version folder into the registry and register it")
+    register.add_argument("source", metavar="PATH_OR_URL")
+    stable = commands.add_parser("set-stable", help="point stable at a version")
+    stable.add_argument("model")
+    stable.add_argument("version")
+    stable.add_argument("--reason", default="set by hand")
+    stable.add_argument("--actor", default=None, help="who to log; default $USER@host")
+    history = commands.add_parser("history", help="pointer changes: who, when, what, why")
+    history.add_argument("model")
+    history.add_argument("--limit", type=int, default=20)
+    args = parser.parse_args(argv)
+
+    settings = FleetSettings()
+    registry = ModelRegistry(settings.registry_dir)
+    try:
+        if args.command == "list":
+            return cmd_list(settings, registry, args.model)
+        if args.command == "show":
+            return cmd_show(settings, registry, args.target)
+        if args.command == "register":
+            return cmd_register(registry, args.source)
+        if args.command == "set-stable":
+            return asyncio.run(with_redis(settings, lambda redis: _set_stable(redis, registry, args)))
+        return asyncio.run(with_redis(settings, lambda redis: _history(redis, args.model, args.limit)))
+    except (RegistryError, PointerError, ValueError, OSError) as exc:
+        print(f"fleet models {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+async def _set_stable(redis: Redis, registry: ModelRegistry, args: Any) -> int:
+    pointers = VersionPointers(redis, args.model, registry)
+    state = await pointers.set_stable(args.version, args.actor or default_actor(), args.reason)
+    print(f"{args.model}: stable is {state.stable}" + (f" (previous {state.previous})" if state.previous else ""))
+    return EXIT_OK
+
+
+async def _history(redis: Redis, model: str, limit: int) -> int:
+    entries = await VersionPointers(redis, model).history(limit)
+    if not entries:
+        print(f"{model}: no pointer changes logged")
+        return EXIT_OK
+    print(format_table(("time", "actor", "action", "change", "reason"), history_rows(entries)))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

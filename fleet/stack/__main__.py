@@ -1,0 +1,5 @@
+import sys
+
+from fleet.stack.cli import main
+
+sys.exit(main())

@@ -1,0 +1,103 @@
+"""What a worker needs from a model backend, whatever runs it (ONNX Runtime, PyTorch, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from models.registry import ModelManifest
+
+
+Feeds = dict[str, npt.NDArray[np.int64]]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    rows: npt.NDArray[np.intp]  # positions of these rows in the caller's batch
+    feeds: Feeds
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A tokenised batch, split into sub-batches of similar length so padding stays small."""
+
+    count: int
+    chunks: list[Chunk]
+    real_tokens: int
+    padded_tokens: int
+    lengths: tuple[int, ...] = ()
+    truncated: tuple[bool, ...] = ()  # per row: cut at the model's max input length
+
+    @property
+    def padding_efficiency(self) -> float:
+        """Real tokens / padded tokens computed: 1.0 means no padding at all."""
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+    @classmethod
+    def group(cls, rows: Sequence[Sequence[int]], bucket_size: int, pad: Callable[[Sequence[Sequence[int]]], Feeds],
+              min_efficiency: float = 0.8, truncated: Sequence[bool] = ()) -> Encoded:
+        """Sort rows by length and cut them into sub-batches of at most `bucket_size` rows,
+        starting a new one whenever the next row would push padding efficiency below
+        `min_efficiency` (bucket_size 0: one sub-batch in the given order)."""
+        if not rows:
+            return cls(count=0, chunks=[], real_tokens=0, padded_tokens=0)
+        lengths = np.fromiter((len(row) for row in rows), dtype=np.intp, count=len(rows))
+        groups = [np.arange(len(rows))] if bucket_size <= 0 else _length_groups(lengths, bucket_size, min_efficiency)
+        chunks = [Chunk(rows=group, feeds=pad([rows[i] for i in group])) for group in groups]
+        padded = sum(len(group) * int(lengths[group].max()) for group in groups)
+        return cls(count=len(rows), chunks=chunks, real_tokens=int(lengths.sum()), padded_tokens=padded,
+                   lengths=tuple(lengths.tolist()), truncated=tuple(truncated))
+
+
+def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficiency: float) -> list[npt.NDArray[np.intp]]:
+    order = np.argsort(lengths, kind="stable")
+    groups: list[list[int]] = [[]]
+    real = 0
+    for index in order.tolist():
+        current = groups[-1]
+        length = int(lengths[index])  # ascending, so the newcomer is the longest of its group
+        if current and (len(current) >= bucket_size or (real + length) < min_efficiency * length * (len(current) + 1)):
+            groups.append([])
+            current, real = groups[-1], 0
+        current.append(index)
+        real += length
+    return [np.asarray(group, dtype=np.intp) for group in groups]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A loaded model version on one device.
+
+    `infer` is synchronous and must be safe to call from several threads at once: the
+    worker runs it through `asyncio.to_thread` so the event loop keeps consuming.
+    """
+
+    manifest: ModelManifest
+    device: str
+
+    def encode(self, texts: Sequence[str]) -> Encoded:
+        """Tokenise (CPU, releases the GIL); the worker overlaps it with the previous batch's run."""
+        ...
+
+    def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
+        """The model on an encoded batch: one row per text, in the order given to `encode`."""
+        ...
+
+    def infer(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """One float32 row per input, in input order: shape (len(texts), dim).
+
+        Raises ValueError when the model returns a different number of rows, so a batch
+        can never be answered with another request's row.
+        """
+        ...
+
+
+def check_rows(result: npt.NDArray[np.float32], expected_rows: int, what: str) -> npt.NDArray[np.float32]:
+    """Return `result` if it has one row per input, else raise ValueError saying so."""
+    if result.ndim != 2 or result.shape[0] != expected_rows:
+        raise ValueError(f"{what} returned shape {result.shape} for {expected_rows} inputs")
+    return result

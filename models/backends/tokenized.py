@@ -1,0 +1,114 @@
+"""What both backends share: one tokenizer (so ONNX Runtime and torch see identical token
+ids and padding), length-aware sub-batches, `infer`, and the shapes a warm-up runs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+from models.backends.base import Encoded, Feeds
+from models.registry import ModelManifest
+
+WARMUP_TOKENS = (8, 32, 128)
+WARMUP_TOKEN_ID = 101  # [CLS]: any real id does; the shapes are what warm-up is for
+
+# Inputs the tokenizer can produce, by the names BERT-style graphs use.
+_TOKENIZER_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class BatchTokenizer:
+    """A `tokenizers.Tokenizer` set up to truncate to `max_length`; rows are padded per sub-batch.
+
+    Padding to the longest of a sub-batch (not to a fixed length, as the shipped
+    tokenizer.json says) keeps short-query batches cheap. The graph pools over
+    attention_mask, so padding never changes an embedding.
+    """
+
+    def __init__(self, tokenizer_file: Path, max_length: int, input_names: Sequence[str]) -> None:
+        unknown = [name for name in input_names if name not in _TOKENIZER_FIELDS]
+        if unknown:
+            raise ValueError(f"model inputs {unknown} are not produced by a tokenizer")
+        self._input_names = tuple(input_names)
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        padding = self._tokenizer.padding or {}
+        pad_token = str(padding.get("pad_token", "[PAD]"))
+        pad_id = self._tokenizer.token_to_id(pad_token)
+        if pad_id is None:
+            raise ValueError(f"{tokenizer_file}: pad token {pad_token!r} is not in the vocabulary")
+        self._tokenizer.enable_truncation(max_length=max_length)
+        self._tokenizer.no_padding()
+        self._pad_id = pad_id
+        # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
+        # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
+        self._lock = threading.Lock()
+        self.max_length = max_length
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Truncated token ids per text, unpadded: padding is decided per sub-batch."""
+        return self.token_rows(texts)[0]
+
+    def token_rows(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Token ids per text and whether each text was cut at max_length."""
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(list(texts))
+        return [encoding.ids for encoding in encodings], [bool(encoding.overflowing) for encoding in encodings]
+
+    def encode(self, texts: Sequence[str], bucket_size: int) -> Encoded:
+        """Tokenise and group rows of similar length into sub-batches (see Encoded.group)."""
+        if isinstance(texts, str):
+            # A bare string is a Sequence[str] too and would embed each character.
+            raise TypeError("encode takes a sequence of texts, not a single string")
+        rows, truncated = self.token_rows(texts)
+        return Encoded.group(rows, bucket_size, self.feeds, truncated=truncated)
+
+    def feeds(self, rows: Sequence[Sequence[int]]) -> dict[str, npt.NDArray[np.int64]]:
+        """The model's input arrays for `rows`, padded to the longest of them."""
+        longest = max(len(row) for row in rows)
+        ids = np.full((len(rows), longest), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(rows), longest), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        columns = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {name: columns[name] for name in self._input_names}
+
+
+class TokenizedBackend:
+    """The part of a backend that is not the runtime: subclasses add `run` and `warm_up`."""
+
+    def __init__(self, manifest: ModelManifest, tokenizer: BatchTokenizer, device: str, *,
+                 length_bucket_size: int = 16) -> None:
+        self.manifest = manifest
+        self.device = device
+        self.length_bucket_size = length_bucket_size
+        self._tokenizer = tokenizer
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.manifest.embedding_dim
+
+    @property
+    def max_input_tokens(self) -> int:
+        return self._tokenizer.max_length
+
+    def encode(self, texts: Sequence[str]) -> Encoded:
+        return self._tokenizer.encode(texts, self.length_bucket_size)
+
+    def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
+        raise NotImplementedError
+
+    def infer(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return self.run(self.encode(texts))
+
+    def warm_up_feeds(self) -> Iterator[Feeds]:
+        """The common shapes: one row and a full sub-batch, at short, medium and long lengths."""
+        rows = max(self.length_bucket_size, 1)
+        for tokens in WARMUP_TOKENS:
+            length = min(tokens, self.max_input_tokens)
+            for count in (1, rows):
+                yield self._tokenizer.feeds([[WARMUP_TOKEN_ID] * length] * count)

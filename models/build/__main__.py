@@ -1,0 +1,167 @@
+"""`python -m models.build`: build, check and register the MiniLM embedding versions,
+then the faq-intent classifier versions on top of the MiniLM FP32 graph.
+
+By default a version whose source package and precision are already registered is kept
+(after re-verifying its hashes), so a second run is quick and says what it skipped;
+`--force` builds fresh versions anyway. An FP32 version registered without PyTorch
+artifacts (built before the torch backend existed) does not count: a new FP32 version is
+built with them, and a new INT8 version from it, since INT8 is matched by its FP32 parent.
+Old versions stay registered and servable by ONNX Runtime (versions are immutable).
+
+faq-intent is kept when an FP32 version exists for this MiniLM FP32 version, data version
+(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from common.settings import FleetSettings
+from models.build.build import MODEL_NAME, BuiltVersion, build_fp32, build_int8, describe_check
+from models.build.faq import (
+    FAQ_MODEL_NAME,
+    build_faq_fp32,
+    build_faq_int8,
+    registered_faq_fp32,
+    registered_faq_int8,
+)
+from models.build.faq_data import load_faq_dataset
+from models.build.head import HeadHyperparameters
+from models.build.progress import Progress
+from models.build.source import locate_packaged_model
+from models.registry import (
+    ModelManifest,
+    ModelRegistry,
+    ModelSource,
+    Precision,
+    RegistryError,
+)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m models.build",
+        description=f"Build, check and register the {MODEL_NAME} and {FAQ_MODEL_NAME} FP32 and INT8 ONNX versions.",
+    )
+    parser.add_argument(
+        "--registry",
+        type=Path,
+        default=None,
+        help="model registry folder (default: FLEET_MODEL_DIR, else <FLEET_HOME>/models = .fleet/models)",
+    )
+    parser.add_argument("--force", action="store_true", help="build new versions even if these are already registered")
+    return parser.parse_args(argv)
+
+
+def _registered(
+    registry: ModelRegistry, precision: Precision, source: ModelSource, parent: str | None, *, with_torch: bool = False
+) -> ModelManifest | None:
+    """Newest registered version made from `source` at `precision` (and from `parent`, if given;
+    with PyTorch artifacts, if `with_torch`)."""
+    matches = [
+        manifest
+        for manifest in registry.versions(MODEL_NAME)
+        if manifest.precision == precision
+        and manifest.source == source
+        and (parent is None or manifest.parent == parent)
+        and (not with_torch or manifest.torch_dir is not None)
+    ]
+    return matches[-1] if matches else None
+
+
+def _keep(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) -> BuiltVersion:
+    # A skipped version is still one we vouch for: re-hash it so a damaged copy is caught here.
+    registry.verify(manifest)
+    progress.step(
+        f"{manifest.name} {manifest.precision.upper()} already built: {manifest.id} (hashes verified; --force rebuilds), skipping"
+    )
+    return BuiltVersion(manifest, newly_built=False)
+
+
+def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
+    header = ("version id", "precision", "task", "status", "serves", "size MB", "check")
+    rows = [header]
+    for version in versions:
+        manifest = version.manifest
+        size_mb = sum(registry.path_of(manifest, name).stat().st_size for name in manifest.files) / 1e6
+        rows.append(
+            (
+                manifest.id,
+                manifest.precision,
+                manifest.task,
+                "built" if version.newly_built else "kept",
+                "onnx+torch" if manifest.torch_dir is not None else "onnx",
+                f"{size_mb:.1f}",
+                f"{manifest.check.name}: {describe_check(manifest.check)}",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool,
+               progress: Progress) -> list[BuiltVersion]:
+    """The faq-intent FP32 (head on `encoder`) and INT8 versions, built or kept."""
+    dataset = load_faq_dataset()
+    hyper = HeadHyperparameters()
+    progress.step(f"{FAQ_MODEL_NAME}: data {dataset.version}, {len(dataset.labels)} intents, "
+                  f"{len(dataset.train)} train / {len(dataset.test)} held-out examples, encoder {encoder.id}")
+    existing_fp32 = None if force else registered_faq_fp32(registry, encoder, dataset, hyper)
+    if existing_fp32 is not None:
+        fp32 = _keep(registry, existing_fp32, progress)
+    else:
+        fp32 = build_faq_fp32(registry, encoder, dataset, hyper, progress)
+    existing_int8 = None if force else registered_faq_int8(registry, fp32.manifest)
+    if existing_int8 is not None:
+        int8 = _keep(registry, existing_int8, progress)
+    else:
+        int8 = build_faq_int8(registry, fp32.manifest, dataset, progress)
+    return [fp32, int8]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    registry_root: Path = args.registry if args.registry is not None else FleetSettings().registry_dir
+    registry = ModelRegistry(registry_root)
+    progress = Progress()
+    packaged = locate_packaged_model()
+    progress.step(
+        f"registry {registry_root.resolve()}; source {packaged.source.package} {packaged.package_version} "
+        f"({packaged.source.base_model})"
+    )
+    try:
+        existing_fp32 = (
+            None if args.force else _registered(registry, "fp32", packaged.source, parent=None, with_torch=True)
+        )
+        if existing_fp32 is not None:
+            fp32 = _keep(registry, existing_fp32, progress)
+        else:
+            onnx_only = None if args.force else _registered(registry, "fp32", packaged.source, parent=None)
+            if onnx_only is not None:
+                progress.step(
+                    f"FP32 {onnx_only.id} has no PyTorch artifacts (built before the torch backend); building a new "
+                    f"FP32 version with them (and its INT8); {onnx_only.id} stays registered"
+                )
+            fp32 = build_fp32(registry, packaged, progress)
+        existing_int8 = None if args.force else _registered(registry, "int8", packaged.source, parent=fp32.manifest.id)
+        if existing_int8 is not None:
+            int8 = _keep(registry, existing_int8, progress)
+        else:
+            int8 = build_int8(registry, fp32.manifest, progress)
+        faq = _build_faq(registry, fp32.manifest, force=args.force, progress=progress)
+    except RegistryError as error:
+        # Includes a failed accuracy check (CheckNotPassed) with its figures.
+        progress.step(f"FAILED: {error}")
+        return 1
+    progress.step("done")
+    print()
+    print(_summary(registry, [fp32, int8, *faq]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

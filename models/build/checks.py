@@ -1,0 +1,123 @@
+"""Accuracy checks a version must pass before it is registered.
+
+FP32: the ONNX graph must reproduce sentence-transformers' own embeddings (an independent
+implementation of pooling and normalisation, with its own tokenizer wrapper) to 1e-4, and so
+must the PyTorch artifacts stored with the version, run the way the torch backend runs them.
+INT8: the quantised graph's embeddings must point where the FP32 ones do, mean cosine
+>= 0.98 (the min is recorded too, so a single outlier sentence is visible).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from models.backends.onnx import open_session
+from models.backends.tokenized import BatchTokenizer
+from models.registry import AccuracyCheck
+
+FP32_MAX_ABS_DIFF = 1e-4
+INT8_MIN_MEAN_COSINE = 0.98
+
+Embeddings = npt.NDArray[np.float32]
+
+
+def reference_embeddings(model_dir: Path, sentences: Sequence[str]) -> Embeddings:
+    """all-MiniLM-L6-v2 in PyTorch via sentence-transformers, from the package folder."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    rows = model.encode(list(sentences), batch_size=len(sentences), convert_to_numpy=True, show_progress_bar=False)
+    return np.asarray(rows, dtype=np.float32)
+
+
+def onnx_embeddings(
+    onnx_path: Path,
+    tokenizer_file: Path,
+    *,
+    max_length: int,
+    input_names: Sequence[str],
+    sentences: Sequence[str],
+    batch_size: int,
+) -> Embeddings:
+    """Run a graph exactly the way the serving backend does (same tokenizer setup)."""
+    session = open_session(onnx_path, device="cpu", intra_op_threads=0)
+    tokenizer = BatchTokenizer(tokenizer_file, max_length=max_length, input_names=input_names)
+    batches: list[Embeddings] = []
+    for start in range(0, len(sentences), batch_size):
+        feeds = tokenizer.feeds(tokenizer.token_ids(sentences[start : start + batch_size]))
+        (rows,) = session.run(None, feeds)
+        batches.append(np.asarray(rows, dtype=np.float32))
+    return np.concatenate(batches)
+
+
+def torch_embeddings(
+    config_file: Path,
+    weights_file: Path,
+    tokenizer_file: Path,
+    *,
+    max_length: int,
+    input_names: Sequence[str],
+    sentences: Sequence[str],
+    batch_size: int,
+) -> Embeddings:
+    """Run stored PyTorch artifacts exactly the way the torch backend does, on CPU (FP32)."""
+    import torch
+
+    from models.backends.torch_backend import load_encoder, mean_pool_normalize
+
+    model = load_encoder(config_file, weights_file, device=torch.device("cpu"), dtype=torch.float32)
+    tokenizer = BatchTokenizer(tokenizer_file, max_length=max_length, input_names=input_names)
+    batches: list[Embeddings] = []
+    with torch.inference_mode():
+        for start in range(0, len(sentences), batch_size):
+            feeds = tokenizer.feeds(tokenizer.token_ids(sentences[start : start + batch_size]))
+            tensors = {name: torch.from_numpy(array) for name, array in feeds.items()}
+            hidden = model(**tensors).last_hidden_state
+            batches.append(mean_pool_normalize(hidden, tensors["attention_mask"]).numpy().astype(np.float32))
+    return np.concatenate(batches)
+
+
+def check_fp32_matches_reference(
+    onnx_runs: Sequence[Embeddings], reference: Embeddings, torch_run: Embeddings | None = None
+) -> AccuracyCheck:
+    """Worst element-wise difference over several ONNX runs (batched/padded and one-by-one)
+    and, when the version stores PyTorch artifacts, their run too."""
+    differences = [float(np.max(np.abs(run - reference))) for run in onnx_runs]
+    figures = {"sentences": float(len(reference)), "max_abs_diff_batched": differences[0]}
+    if torch_run is not None:
+        figures["max_abs_diff_torch_artifacts"] = float(np.max(np.abs(torch_run - reference)))
+        figures["min_cosine_torch_vs_onnx"] = float(_row_cosines(torch_run, onnx_runs[0]).min())
+        differences.append(figures["max_abs_diff_torch_artifacts"])
+    return AccuracyCheck.evaluate(
+        name="fp32-onnx-vs-pytorch",
+        metric="max_abs_diff",
+        value=max(differences),
+        threshold=FP32_MAX_ABS_DIFF,
+        comparison="<=",
+        figures=figures,
+    )
+
+
+def check_int8_close_to_fp32(int8: Embeddings, fp32: Embeddings) -> AccuracyCheck:
+    cosines = _row_cosines(int8, fp32)
+    return AccuracyCheck.evaluate(
+        name="int8-vs-fp32-onnx",
+        metric="mean_cosine",
+        value=float(cosines.mean()),
+        threshold=INT8_MIN_MEAN_COSINE,
+        comparison=">=",
+        figures={"min_cosine": float(cosines.min()), "sentences": float(len(cosines))},
+    )
+
+
+def _row_cosines(left: Embeddings, right: Embeddings) -> npt.NDArray[np.float64]:
+    if left.shape != right.shape:
+        raise ValueError(f"cannot compare embeddings of shapes {left.shape} and {right.shape}")
+    left64 = left.astype(np.float64)
+    right64 = right.astype(np.float64)
+    norms = np.linalg.norm(left64, axis=1) * np.linalg.norm(right64, axis=1)
+    return np.asarray((left64 * right64).sum(axis=1) / norms, dtype=np.float64)

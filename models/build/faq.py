@@ -1,0 +1,178 @@
+"""The faq-intent versions: the MiniLM FP32 graph plus a trained softmax head, FP32 and INT8.
+
+FP32: embed the training examples with the registered minilm-embed FP32 graph (the way the
+serving backend runs it), train the head, append it to a copy of that graph, then score the
+finished graph on the held-out examples; below `HELDOUT_MIN_ACCURACY` it is not registered.
+INT8: the FP32 faq graph through the same ONNX Runtime dynamic quantisation as minilm's
+INT8; it must pick the FP32 parent's label on at least `INT8_MIN_LABEL_AGREEMENT` of all
+examples. Both are ONNX-only (no torch_dir): the head exists only in the graph.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from models.build import head as faq_head
+from models.build.build import (ONNX_FILE, BuiltVersion, assemble_manifest, describe_check, staged_int8,
+                                      staged_version)
+from models.build.checks import onnx_embeddings
+from models.build.faq_data import FaqDataset
+from models.build.progress import Progress
+from models.build.source import TOKENIZER_FILE
+from models.registry import AccuracyCheck, ModelManifest, ModelRegistry
+
+FAQ_MODEL_NAME = "faq-intent"
+HELDOUT_MIN_ACCURACY = 0.85
+INT8_MIN_LABEL_AGREEMENT = 0.97
+_BATCH = 64
+
+Rows = npt.NDArray[np.float32]
+
+
+def registered_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: FaqDataset,
+                        hyper: faq_head.HeadHyperparameters) -> ModelManifest | None:
+    """Newest FP32 faq version made from this encoder, data version and hyperparameters."""
+    matches = [
+        manifest
+        for manifest in registry.versions(FAQ_MODEL_NAME)
+        if manifest.precision == "fp32"
+        and manifest.parent == encoder.id
+        and manifest.training_data == dataset.version
+        and manifest.hyperparameters == hyper.as_manifest()
+    ]
+    return matches[-1] if matches else None
+
+
+def registered_faq_int8(registry: ModelRegistry, fp32: ModelManifest) -> ModelManifest | None:
+    matches = [m for m in registry.versions(FAQ_MODEL_NAME) if m.precision == "int8" and m.parent == fp32.id]
+    return matches[-1] if matches else None
+
+
+def build_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: FaqDataset,
+                   hyper: faq_head.HeadHyperparameters, progress: Progress) -> BuiltVersion:
+    if encoder.task != "embedding" or encoder.precision != "fp32":
+        raise ValueError(f"{encoder.id} is a {encoder.precision} {encoder.task} model, not an FP32 encoder")
+    registry.verify(encoder)
+    encoder_onnx = registry.path_of(encoder, encoder.onnx_file)
+    tokenizer = registry.path_of(encoder, encoder.tokenizer_file)
+    progress.step(
+        f"embedding {len(dataset.train)} training examples of {dataset.version} ({len(dataset.labels)} intents) "
+        f"with {encoder.id}"
+    )
+    train_rows = _rows(encoder_onnx, tokenizer, encoder, [example.text for example in dataset.train])
+    train_labels = np.array([example.label for example in dataset.train], dtype=np.int64)
+    head = faq_head.train_head(train_rows, train_labels, len(dataset.labels), hyper)
+    train_accuracy = float(np.mean(head.probabilities(train_rows).argmax(axis=1) == train_labels))
+    progress.step(f"trained the softmax head ({hyper.epochs} epochs, lr {hyper.lr}, l2 {hyper.l2}, seed "
+                  f"{hyper.seed}): training accuracy {train_accuracy:.3f}")
+    created = datetime.now(UTC)
+    with staged_version(registry, FAQ_MODEL_NAME, created) as (version_id, folder):
+        progress.step(f"appending MatMul + Add + Softmax to {encoder.id}'s graph: {folder / ONNX_FILE}")
+        faq_head.append_head(encoder_onnx, head, folder / ONNX_FILE)
+        shutil.copyfile(tokenizer, folder / TOKENIZER_FILE)
+        progress.step(f"scoring the built graph on {len(dataset.test)} held-out examples")
+        test_texts = [example.text for example in dataset.test]
+        test_labels = np.array([example.label for example in dataset.test], dtype=np.int64)
+        graph_rows = _rows(folder / ONNX_FILE, tokenizer, encoder, test_texts)
+        # The graph's head must be the trained one: same probabilities as numpy's on the same embeddings.
+        numpy_rows = head.probabilities(_rows(encoder_onnx, tokenizer, encoder, test_texts))
+        check = check_heldout_accuracy(graph_rows, test_labels, len(dataset.labels), figures={
+            "train_accuracy": train_accuracy,
+            "max_abs_diff_graph_vs_numpy_head": float(np.max(np.abs(graph_rows - numpy_rows))),
+        })
+        progress.step(f"FP32 check: {describe_check(check)}")
+        manifest = assemble_manifest(
+            name=FAQ_MODEL_NAME,
+            version_id=version_id,
+            created=created,
+            precision="fp32",
+            parent=encoder.id,
+            folder=folder,
+            source=encoder.source,
+            max_length=encoder.max_length,
+            recipe=faq_head.recipe(encoder.id),
+            check=check,
+            training_data=dataset.version,
+            hyperparameters=hyper.as_manifest(),
+            task="classification",
+            labels=dataset.labels,
+        )
+        registry.register(manifest)
+    progress.step(f"registered as {manifest.id}")
+    return BuiltVersion(manifest, newly_built=True)
+
+
+def build_faq_int8(registry: ModelRegistry, fp32: ModelManifest, dataset: FaqDataset,
+                   progress: Progress) -> BuiltVersion:
+    from models.build import quantize
+
+    fp32_onnx = registry.path_of(fp32, fp32.onnx_file)
+    tokenizer = registry.path_of(fp32, fp32.tokenizer_file)
+    with staged_int8(registry, fp32, progress) as (version_id, folder, created):
+        texts = [example.text for example in dataset.all_examples]
+        progress.step(f"checking INT8 labels against FP32 on all {len(texts)} examples")
+        fp32_rows = _rows(fp32_onnx, tokenizer, fp32, texts)
+        int8_rows = _rows(folder / ONNX_FILE, tokenizer, fp32, texts)
+        test_labels = np.array([example.label for example in dataset.test], dtype=np.int64)
+        heldout = int8_rows[len(dataset.train):].argmax(axis=1) == test_labels
+        check = check_label_agreement(int8_rows, fp32_rows, figures={"int8_heldout_accuracy": float(heldout.mean())})
+        progress.step(f"INT8 check: {describe_check(check)}")
+        manifest = assemble_manifest(
+            name=FAQ_MODEL_NAME,
+            version_id=version_id,
+            created=created,
+            precision="int8",
+            parent=fp32.id,
+            folder=folder,
+            source=fp32.source,
+            max_length=fp32.max_length,
+            recipe={**fp32.recipe, **quantize.recipe()},
+            check=check,
+            training_data=dataset.version,
+            hyperparameters={**fp32.hyperparameters, **quantize.hyperparameters()},
+            task="classification",
+            labels=fp32.labels,
+        )
+        registry.register(manifest)
+    progress.step(f"registered as {manifest.id}")
+    return BuiltVersion(manifest, newly_built=True)
+
+
+def check_heldout_accuracy(probabilities: Rows, labels: npt.NDArray[np.int64], n_labels: int,
+                           figures: dict[str, float] | None = None) -> AccuracyCheck:
+    """Held-out accuracy; the worst single intent's accuracy is recorded next to it."""
+    correct = probabilities.argmax(axis=1) == labels
+    per_label = [float(correct[labels == label].mean()) for label in range(n_labels) if np.any(labels == label)]
+    return AccuracyCheck.evaluate(
+        name="faq-heldout-accuracy",
+        metric="heldout_accuracy",
+        value=float(correct.mean()),
+        threshold=HELDOUT_MIN_ACCURACY,
+        comparison=">=",
+        figures={**(figures or {}), "examples": float(len(labels)), "min_intent_accuracy": min(per_label)},
+    )
+
+
+def check_label_agreement(int8: Rows, fp32: Rows, figures: dict[str, float] | None = None) -> AccuracyCheck:
+    if int8.shape != fp32.shape:
+        raise ValueError(f"cannot compare outputs of shapes {int8.shape} and {fp32.shape}")
+    agree = int8.argmax(axis=1) == fp32.argmax(axis=1)
+    return AccuracyCheck.evaluate(
+        name="int8-vs-fp32-labels",
+        metric="label_agreement",
+        value=float(agree.mean()),
+        threshold=INT8_MIN_LABEL_AGREEMENT,
+        comparison=">=",
+        figures={**(figures or {}), "examples": float(len(agree)),
+                 "max_abs_prob_diff": float(np.max(np.abs(int8 - fp32)))},
+    )
+
+
+def _rows(onnx_path: Path, tokenizer: Path, manifest: ModelManifest, texts: list[str]) -> Rows:
+    return onnx_embeddings(onnx_path, tokenizer, max_length=manifest.max_length,
+                           input_names=[spec.name for spec in manifest.inputs], sentences=texts, batch_size=_BATCH)

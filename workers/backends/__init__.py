@@ -1,9 +1,0 @@
-"""Model backends: load a registered model version and turn a batch of texts into rows.
-
-`Backend` is the interface the worker depends on; `workers.backends.onnx` holds the ONNX
-Runtime implementation (imported on demand so the interface stays cheap to import).
-"""
-
-from workers.backends.base import Backend, check_rows
-
-__all__ = ["Backend", "check_rows"]

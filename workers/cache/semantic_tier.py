@@ -1,0 +1,155 @@
+"""The semantic cache in the batch path: one guarded FAISS index per model version, shared
+by every worker of that version through a compacted topic (workers/cache/semantic_log.py).
+
+The encoder (the INT8 MiniLM by default) runs batched over a version group's texts in a
+worker thread; its rows are kept on the group so the entries the model computes next are
+added without encoding twice.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaProducer
+
+from schemas.names import semantic_cache_topic
+from schemas.wire import CacheTier, now_ms
+from models.backends.base import Backend
+from workers.cache.exact import unpack_outputs
+from workers.cache.metrics import CacheMetrics
+from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
+from workers.cache.keys import canonical_text
+from workers.cache.semantic_log import SemanticEntry, SemanticLog
+from workers.delivery.sink import Outcome
+from workers.cache.semantic_cost import LookupCost
+from workers.settings import WorkerSettings
+from workers.compute.stages import Computed, Prepared, VersionGroup, drop_rows
+
+log = logging.getLogger(__name__)
+
+
+class SemanticTier:
+    def __init__(self, settings: WorkerSettings, *, producer: AIOKafkaProducer, metrics: CacheMetrics,
+                 load_encoder: Callable[[], Backend]) -> None:
+        self._settings = settings
+        self._model = settings.model
+        self._producer = producer
+        self._metrics = metrics
+        self._load_encoder = load_encoder
+        self._encoder: Backend | None = None
+        self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
+        self._generation = 0
+        self._evictions_seen = 0
+        self.cost = LookupCost()
+
+    async def lookup(self, prepared: Prepared) -> None:
+        groups = [group for group in prepared.groups if group.ready]
+        if not groups or (self._settings.semantic_only_when_paying and not self.cost.should_look_up()):
+            return
+        if self._encoder is None:
+            self._encoder = await asyncio.to_thread(self._load_encoder)
+        caches = [await self._cache_of(group.who.version) for group in groups]
+        await asyncio.to_thread(self._lookup_groups, prepared, groups, caches)
+
+    def _lookup_groups(self, prepared: Prepared, groups: list[VersionGroup], caches: list[SemanticCache]) -> None:
+        assert self._encoder is not None
+        for group, cache in zip(groups, caches, strict=True):
+            started = time.perf_counter()
+            group.vectors = self._encoder.infer([item.text for item in group.ready])
+            encoder_ms = (time.perf_counter() - started) * 1000
+            if not cache.enabled:
+                continue
+            served: dict[int, SemanticHit] = {}
+            for row, hit in enumerate(cache.lookup([canonical_text(item.text) for item in group.ready], group.vectors)):
+                if hit is None:
+                    continue
+                self._metrics.semantic_similarity.labels(model=self._model).observe(hit.similarity)
+                if hit.verify:
+                    group.verifying[row] = hit
+                else:
+                    served[row] = hit
+            self.cost.record_lookup(len(group.ready), len(served), encoder_ms)
+            self._metrics.hits.labels(model=self._model, tier="semantic").inc(len(served))
+            self._metrics.misses.labels(model=self._model, tier="semantic").inc(len(group.ready) - len(served))
+            drop_rows(group, served, lambda row, item, group=group: Outcome(item.request, group.who.result(
+                item.request.id, group.who.served_status, outputs=unpack_outputs(served[row].outputs),
+                cache=CacheTier.semantic, similarity=round(served[row].similarity, 4))), prepared.triaged.answered)
+
+    async def remember(self, computed: Computed) -> None:
+        """Add what the model computed; score the sampled hits it computed to check them."""
+        self.cost.record_model(computed.computed, computed.inference_ms)
+        additions: dict[str, tuple[list[str], list[int], list[bytes], VersionGroup]] = {}
+        for fresh in computed.fresh:
+            group = fresh.group
+            if group.vectors is None or group.who.version not in self._versions:
+                continue
+            cache, _ = self._versions[group.who.version]
+            outputs = fresh.result.outputs or {}
+            hit = group.verifying.get(fresh.row)
+            if hit is not None:
+                agreed = outputs_agree(unpack_outputs(hit.outputs), outputs)
+                cache.record_verification(hit, agreed)
+                self._metrics.semantic_verifications.labels(model=self._model, agreed=str(agreed).lower()).inc()
+                continue
+            texts, rows, packed, _ = additions.setdefault(group.who.version, ([], [], [], group))
+            texts.append(canonical_text(group.ready[fresh.row].text))
+            rows.append(fresh.row)
+            packed.append(fresh.packed_outputs)
+        for version, (texts, rows, packed, group) in additions.items():
+            cache, semantic_log = self._versions[version]
+            assert group.vectors is not None
+            vectors = group.vectors[rows]
+            cache.add(texts, vectors, packed, generation=self._generation)
+            await semantic_log.publish([SemanticEntry(text, vector, outputs, self._generation, now_ms())
+                                        for text, vector, outputs in zip(texts, vectors, packed, strict=True)])
+        self._report()
+
+    def cache_of(self, version: str) -> SemanticCache | None:
+        """The semantic cache of one version, once traffic for it has been seen."""
+        entry = self._versions.get(version)
+        return entry[0] if entry is not None else None
+
+    async def set_generation(self, generation: int) -> bool:
+        """Follow `fleet cache clear`: a new generation drops every entry of the old one."""
+        if generation == self._generation:
+            return False
+        self._generation = generation
+        for cache, semantic_log in self._versions.values():
+            cache.clear()
+            semantic_log.set_generation(generation)
+        return True
+
+    async def stop(self) -> None:
+        for _, semantic_log in self._versions.values():
+            await semantic_log.stop()
+        self._versions.clear()
+
+    async def _cache_of(self, version: str) -> SemanticCache:
+        if version not in self._versions:
+            settings = self._settings
+            assert self._encoder is not None
+            cache = SemanticCache(self._encoder.manifest.embedding_dim, threshold=settings.semantic_threshold,
+                                  capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
+                                  false_hit_budget=settings.semantic_false_hit_budget,
+                                  min_verifications=settings.semantic_min_verifications)
+            semantic_log = SemanticLog(cache, bootstrap=settings.kafka_bootstrap, producer=self._producer,
+                                       topic=semantic_cache_topic(self._model, version), generation=self._generation)
+            loaded = await semantic_log.start()
+            log.info("semantic cache of %s rebuilt from its topic: %d entries", version, loaded)
+            self._versions[version] = (cache, semantic_log)
+        return self._versions[version][0]
+
+    def _report(self) -> None:
+        model = self._model
+        for version, (cache, _) in self._versions.items():
+            self._metrics.semantic_threshold.labels(model=model, version=version).set(cache.threshold)
+            self._metrics.semantic_enabled.labels(model=model, version=version).set(1 if cache.enabled else 0)
+            self._metrics.verified_false_hit_rate.labels(model=model, version=version).set(cache.false_hit_rate)
+        self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)
+        caches = [cache for cache, _ in self._versions.values()]
+        self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))
+        self._metrics.bytes.labels(model=model, tier="semantic").set(sum(c.nbytes for c in caches))
+        evictions = sum(c.evictions for c in caches)
+        self._metrics.evictions.labels(model=model, tier="semantic").inc(max(evictions - self._evictions_seen, 0))
+        self._evictions_seen = evictions

@@ -1,0 +1,348 @@
+"""Comparing one batch of requests the shadow way, shared by the shadow worker and the replay.
+
+For a batch of request records: decode, sample, run the candidate version, and in the
+meantime look the live results up in Redis (waiting up to a grace period, counted from
+each record's Kafka timestamp, for answers the live workers have not written yet); the
+shadow computes stable itself for requests still without a usable live answer. Then it
+publishes one Comparison per request and adds the batch's figures to the stats hash.
+
+A shadow never delivers: it writes no result keys, reply streams or results topics, only
+`fleet.shadow.<model>`, the stats hash and its own metrics. Deadlines are ignored, so a
+replay of old traffic is compared like fresh traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaProducer, ConsumerRecord
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram
+from pydantic import Field
+from redis.asyncio import Redis
+
+from schemas.names import comparisons_topic, result_key, shadow_stats_key, versions_key
+from schemas.shadow import Comparison, LiveSource
+from schemas.wire import Request, Result, WireError
+from models.backends.base import Backend
+from workers.compute.outputs import outputs_of
+from models.registry import ModelRegistry, RegistryError
+from workers.settings import Role, WorkerSettings
+from workers.shadow.compare import (Outputs, Side, StatsDelta, live_answer, live_timing, make_comparison,
+                                    queue_increments, sampled)
+
+log = logging.getLogger(__name__)
+
+BackendLoader = Callable[[WorkerSettings], Backend]
+LIVE_POLL_S = 0.1
+COSINE_BUCKETS = (0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 0.9999, 1.0)
+DELTA_MS_BUCKETS = (-500, -200, -100, -50, -20, -10, -5, -2, 0, 2, 5, 10, 20, 50, 100, 200, 500)
+
+
+class ShadowSettings(WorkerSettings):
+    """A worker's settings plus the shadow's own (env FLEET_SHADOW_*)."""
+
+    role: Role = Role.shadow
+    shadow_sample: float = Field(1.0, ge=0, le=1, description="Fraction of requests compared, chosen by a "
+                                 "hash of the request id (the same id is always in or out)")
+    shadow_grace_ms: float = Field(2000.0, ge=0, description="How long after a request reached Kafka the shadow "
+                                   "waits for its live result before computing stable itself")
+    shadow_candidate: str | None = Field(None, description="Run this version instead of the `candidate` pointer")
+    shadow_agree_cosine: float = Field(0.99, ge=-1, le=1, description="Embeddings agree at this cosine or above")
+    shadow_pointer_poll_s: float = Field(1.0, gt=0, description="How often the version pointers are re-read")
+    shadow_group: str | None = Field(None, description="Consumer group; default <model>.shadow")
+    shadow_min_age_ms: float = Field(200.0, ge=0, description="Compare a request only once it is this old: the "
+                                     "live result is usually there by then, and the shadow's compute does not "
+                                     "land on the same moment as the live worker's")
+    shadow_nice: int = Field(10, ge=0, le=19, description="Lower the shadow process's CPU priority by this "
+                             "much (nice), so a shadow sharing a host with live workers only takes CPU they leave")
+    shadow_start: Literal["latest", "earliest"] = Field("latest", description="Where a group without committed "
+                                                        "offsets starts: latest (from now on) or earliest "
+                                                        "(the whole retention; use replay for the past)")
+
+
+def yield_cpu_to_live_workers(settings: ShadowSettings) -> None:
+    """For a shadow process's entry point: on a shared host the live path keeps the CPU it needs."""
+    if settings.shadow_nice > 0:
+        os.nice(settings.shadow_nice)
+
+
+def load_backend(settings: WorkerSettings) -> Backend:
+    from models.backends.loader import load_backend_for
+
+    return load_backend_for(settings)
+
+
+class BackendCache:
+    """Loaded versions by id: stable stays resident for recomputing, a new candidate is loaded once."""
+
+    def __init__(self, settings: WorkerSettings, loader: BackendLoader | None = None) -> None:
+        self._settings = settings
+        self._loader = loader or load_backend
+        self._loaded: dict[str, Backend] = {}
+
+    async def get(self, version: str) -> Backend:
+        if version not in self._loaded:
+            started = time.perf_counter()
+            pinned = self._settings.model_copy(update={"model_version": version, "precision": self._precision_of(version)})
+            self._loaded[version] = await asyncio.to_thread(self._loader, pinned)
+            log.info("shadow loaded %s in %.1f s", version, time.perf_counter() - started)
+        return self._loaded[version]
+
+    def _precision_of(self, version: str) -> str:
+        """The pinned version's own precision: the loader refuses a pin whose precision differs from
+        the settings' (an FP32 worker asked for its INT8 candidate)."""
+        try:
+            return ModelRegistry(self._settings.registry_dir).resolve(self._settings.model, version).precision
+        except (RegistryError, ValueError):
+            return self._settings.precision  # let the loader say what is wrong
+
+    def retain(self, versions: set[str]) -> None:
+        """Drop versions no pointer names any more, so a rollout's old candidates free their memory."""
+        for version in set(self._loaded) - versions:
+            del self._loaded[version]
+
+    @property
+    def resident(self) -> frozenset[str]:
+        return frozenset(self._loaded)
+
+
+class ShadowMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        labels = ["model", "candidate"]
+        reg = self.registry
+        self.compared = PromCounter("fleet_shadow_compared", "Requests compared by shadow workers", labels,
+                                    registry=reg)
+        self.agreement = Gauge("fleet_shadow_agreement", "Share of compared requests that agreed, fleet-wide "
+                               "(from the stats hash)", labels, registry=reg)
+        self.cosine = Histogram("fleet_shadow_cosine", "Cosine of live and candidate embeddings", labels,
+                                buckets=COSINE_BUCKETS, registry=reg)
+        self.latency_delta = Histogram("fleet_shadow_latency_delta_ms", "Candidate minus live inference ms of "
+                                       "the batch each request was in", labels, buckets=DELTA_MS_BUCKETS,
+                                       registry=reg)
+        self.skipped = PromCounter("fleet_shadow_skipped", "Requests the shadow did not compare, by reason",
+                                   ["model", "reason"], registry=reg)
+
+
+@dataclass
+class _Item:
+    record: ConsumerRecord
+    request: Request
+    text: str
+
+
+@dataclass
+class ShadowTotals:
+    """What one engine compared and skipped since it started."""
+
+    records: int = 0
+    compared: int = 0
+    agreed: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def _outputs_of(backend: Backend, rows: Any) -> list[Outputs]:
+    # The same mapping the live worker applies: an embedding row is the embedding, a
+    # classifier's row becomes {"label", "score", "top"} by its manifest's labels.
+    return [outputs_of(backend.manifest, row) for row in rows]
+
+
+def _run(backend: Backend, texts: Sequence[str]) -> tuple[list[Outputs], float]:
+    started = time.perf_counter()
+    rows = backend.infer(list(texts))
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    return _outputs_of(backend, rows), elapsed_ms
+
+
+class ShadowEngine:
+    def __init__(self, settings: ShadowSettings, redis: Redis, producer: AIOKafkaProducer, backends: BackendCache,
+                 metrics: ShadowMetrics) -> None:
+        self.settings = settings
+        self.model = settings.model
+        self.topic = comparisons_topic(settings.model)
+        self.metrics = metrics
+        self.totals = ShadowTotals()
+        self.stable: str | None = None
+        self.candidate: str | None = None
+        self._redis = redis
+        self._producer = producer
+        self._backends = backends
+        self._pointers_read_at = -float("inf")
+
+    async def refresh_versions(self, *, force: bool = False) -> None:
+        """Re-read stable and candidate from the pointer hash, at most every shadow_pointer_poll_s."""
+        if not force and time.monotonic() - self._pointers_read_at < self.settings.shadow_pointer_poll_s:
+            return
+        self._pointers_read_at = time.monotonic()
+        raw: dict[bytes, bytes] = await self._redis.hgetall(versions_key(self.model))  # type: ignore[misc]
+        pointers = {key.decode(): value.decode() for key, value in raw.items()}
+        stable = pointers.get("stable") or self._registered_stable()
+        candidate = self.settings.shadow_candidate or pointers.get("candidate") or None
+        if (stable, candidate) != (self.stable, self.candidate):
+            log.info("shadow of %s: stable %s, candidate %s", self.model, stable, candidate or "none (idle)")
+            self.stable, self.candidate = stable, candidate
+            self._backends.retain({v for v in (stable, candidate) if v})
+
+    def _registered_stable(self) -> str | None:
+        """Without a stable pointer, stable is what a live worker with these settings would load."""
+        try:
+            return ModelRegistry(self.settings.registry_dir).resolve(self.model, self.settings.model_version,
+                                                                       self.settings.precision).id
+        except (RegistryError, ValueError):
+            return None
+
+    def _skip(self, reason: str, count: int = 1) -> None:
+        if count:
+            self.totals.skipped[reason] += count
+            self.metrics.skipped.labels(model=self.model, reason=reason).inc(count)
+
+    def _triage(self, records: Sequence[ConsumerRecord]) -> list[_Item]:
+        items = []
+        for record in records:
+            try:
+                request = Request.decode(record.value or b"")
+                text = request.text
+            except WireError:
+                self._skip("undecodable")  # the live path dead-letters it; nothing to compare
+                continue
+            if sampled(request.id, self.settings.shadow_sample):
+                items.append(_Item(record, request, text))
+            else:
+                self._skip("not_sampled")
+        return items
+
+    async def process(self, records: Sequence[ConsumerRecord]) -> list[Comparison]:
+        """Compare one batch; never raises for bad input or a failing candidate (those are counted)."""
+        self.totals.records += len(records)
+        await self.refresh_versions()
+        items = self._triage(records)
+        if not items:
+            return []
+        candidate, stable = self.candidate, self.stable
+        if candidate is None or candidate == stable:
+            self._skip("no_candidate", len(items))
+            return []
+        delta = StatsDelta()
+        # The candidate runs while the live results are looked up (and waited for).
+        running = asyncio.create_task(self._run_candidate(candidate, items))
+        try:
+            live = await self._live_results(items)  # a Redis failure propagates: nothing is committed
+        except BaseException:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            raise
+        try:
+            shadow_outputs, shadow_ms = await running
+        except Exception:
+            log.exception("candidate %s failed on a batch of %d; counted as errors", candidate, len(items))
+            self._skip("candidate_failed", len(items))
+            delta.errors = len(items)
+            await self._write_stats(candidate, delta)
+            return []
+        stable_sides = await self._recompute(stable, candidate, items, live)
+        comparisons: list[Comparison] = []
+        for item, outputs in zip(items, shadow_outputs, strict=True):
+            shadow = Side(candidate, outputs, shadow_ms, len(items))
+            answer = live_answer(live.get(item.request.id), candidate)
+            if answer is not None:
+                ms, batch = live_timing(answer)
+                side, source = Side(answer.version or "", answer.outputs or {}, ms, batch), LiveSource.live_result
+            elif item.request.id in stable_sides:
+                side, source = stable_sides[item.request.id], LiveSource.recomputed
+            else:
+                self._skip("no_stable")
+                continue
+            try:
+                comparisons.append(make_comparison(item.request, item.text, side, shadow, source,
+                                                   agree_cosine=self.settings.shadow_agree_cosine))
+            except ValueError as exc:
+                log.warning("request %s: %s", item.request.id, exc)
+                self._skip("incomparable")
+        for comparison in comparisons:
+            delta.add(comparison)
+        await asyncio.gather(self._publish(comparisons), self._write_stats(candidate, delta))
+        self._observe(candidate, comparisons)
+        return comparisons
+
+    async def _run_candidate(self, candidate: str, items: list[_Item]) -> tuple[list[Outputs], float]:
+        backend = await self._backends.get(candidate)
+        return await asyncio.to_thread(_run, backend, [item.text for item in items])
+
+    async def _live_results(self, items: list[_Item]) -> dict[str, Result]:
+        """Live results by request id; waits for missing ones until each record's timestamp + grace.
+
+        Any result found is final (an error or expired answer will not turn into another), so
+        only absent ones are polled for again.
+        """
+        found: dict[str, Result] = {}
+        waiting = list(items)
+        while True:
+            values = await self._redis.mget([result_key(item.request.id) for item in waiting])
+            still: list[_Item] = []
+            for item, value in zip(waiting, values, strict=True):
+                result = _decode_result(value)
+                if result is None:
+                    still.append(item)
+                else:
+                    found[item.request.id] = result
+            waiting = still
+            give_up_s = (max((item.record.timestamp for item in waiting), default=0) + self.settings.shadow_grace_ms) / 1000
+            left_s = give_up_s - time.time()
+            if not waiting or left_s <= 0:
+                return found
+            await asyncio.sleep(min(LIVE_POLL_S, left_s))
+
+    async def _recompute(self, stable: str | None, candidate: str, items: list[_Item],
+                         live: dict[str, Result]) -> dict[str, Side]:
+        """Stable's answers, computed here, for requests without a usable live answer."""
+        missing = [item for item in items if live_answer(live.get(item.request.id), candidate) is None]
+        if not missing or stable is None:
+            return {}
+        try:
+            backend = await self._backends.get(stable)
+            outputs, ms = await asyncio.to_thread(_run, backend, [item.text for item in missing])
+        except Exception:
+            log.exception("recomputing stable %s for %d requests failed", stable, len(missing))
+            return {}
+        return {item.request.id: Side(stable, out, ms, len(missing)) for item, out in zip(missing, outputs, strict=True)}
+
+    async def _publish(self, comparisons: list[Comparison]) -> None:
+        sends = [await self._producer.send(self.topic, c.encode(), key=c.id.encode()) for c in comparisons]
+        await asyncio.gather(*sends)
+
+    async def _write_stats(self, candidate: str, delta: StatsDelta) -> None:
+        key = shadow_stats_key(self.model, candidate)
+        pipe = self._redis.pipeline(transaction=False)
+        if not queue_increments(pipe, key, delta):
+            return
+        pipe.hmget(key, ["compared", "agreed"])
+        compared, agreed = (await pipe.execute())[-1]
+        if compared:
+            self.metrics.agreement.labels(model=self.model, candidate=candidate).set(int(agreed or 0) / int(compared))
+
+    def _observe(self, candidate: str, comparisons: list[Comparison]) -> None:
+        labels = dict(model=self.model, candidate=candidate)
+        self.metrics.compared.labels(**labels).inc(len(comparisons))
+        self.totals.compared += len(comparisons)
+        self.totals.agreed += sum(c.agreed for c in comparisons)
+        for c in comparisons:
+            if c.cosine is not None:
+                self.metrics.cosine.labels(**labels).observe(c.cosine)
+            if c.live_ms is not None:
+                self.metrics.latency_delta.labels(**labels).observe(c.shadow_ms - c.live_ms)
+
+
+def _decode_result(value: bytes | None) -> Result | None:
+    if value is None:
+        return None
+    try:
+        return Result.decode(value)
+    except WireError:
+        return None

@@ -1,0 +1,172 @@
+"""The shadow worker: runs the candidate version beside the live one on real traffic, compares, reports.
+
+A member of its own consumer group (`<model>.shadow`) on the model's primary request topic,
+so it reads every request the live group reads without taking any from it. It is its own
+process, so the live path does not slow down: the two groups fetch independently, and
+`intra_op_threads` caps the CPU the shadow's models take on a shared host. It never
+delivers (see workers/shadow/engine.py); comparisons go to `fleet.shadow.<model>`, the
+stats hash `fleet:shadow:<model>:<candidate>` and its metrics.
+
+Which candidate: `shadow_candidate` when set, else the `candidate` pointer in
+`fleet:versions:<model>`, re-read about every second. With no candidate the worker keeps
+consuming and commits without comparing, so it never builds lag that a later candidate
+would have to wade through; it starts comparing with the first batch after a candidate
+appears.
+
+Life cycle as the live worker: `start()`, idempotent `stop()`, `async with`; `run()` until
+`request_stop()` (finish the batch, commit, leave) or, with burst=True, until the assigned
+partitions are drained. Offsets are committed after a batch's comparisons are published
+and its stats written; a redelivered batch is compared again (at-least-once, like results).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Awaitable
+from contextlib import AsyncExitStack
+from typing import Self
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from prometheus_client import start_http_server
+from redis.asyncio import Redis
+
+from schemas.names import comparisons_topic, consumer_group, requests_topic
+from common.clients import open_clients
+from workers.delivery.offsets import backlog_drained, commit_records
+from workers.shadow.engine import (BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings,
+                                   yield_cpu_to_live_workers)
+
+__all__ = ["ShadowSettings", "ShadowWorker", "serve_shadow", "shadow_clients"]
+
+log = logging.getLogger(__name__)
+POLL_MS = 200
+
+
+def shadow_clients(settings: ShadowSettings, exit_stack: AsyncExitStack, redis: Redis | None,
+                   producer: AIOKafkaProducer | None) -> Awaitable[tuple[Redis, AIOKafkaProducer]]:
+    """The clients of a shadow (worker or replay): its topics are the requests and the comparisons."""
+    return open_clients(settings, exit_stack, redis, producer, partitions=settings.partitions, linger_ms=5,
+                        topics=[requests_topic(settings.model), comparisons_topic(settings.model)])
+
+
+class ShadowWorker:
+    def __init__(self, settings: ShadowSettings, *, redis: Redis | None = None,
+                 producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
+                 metrics: ShadowMetrics | None = None) -> None:
+        self.settings = settings
+        self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-shadow"
+        self.topic = requests_topic(settings.model)
+        self.group = settings.shadow_group or consumer_group(settings.model, "shadow")
+        self.metrics = metrics if metrics is not None else ShadowMetrics()
+        self.backends = BackendCache(settings, backends)
+        self._redis = redis
+        self._producer = producer
+        self._consumer: AIOKafkaConsumer | None = None
+        self._engine: ShadowEngine | None = None
+        self._exit = AsyncExitStack()
+        self._stop_requested = asyncio.Event()
+        self._started = False
+
+    @property
+    def engine(self) -> ShadowEngine:
+        if self._engine is None:
+            raise RuntimeError("shadow worker not started")
+        return self._engine
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        redis, producer = await shadow_clients(self.settings, self._exit, self._redis, self._producer)
+        self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
+        await self._engine.refresh_versions(force=True)
+        if self._engine.candidate is not None:
+            try:  # load before joining, so no batch waits for it; a failure is counted per batch instead
+                await self.backends.get(self._engine.candidate)
+            except Exception:
+                log.exception("shadow could not load candidate %s", self._engine.candidate)
+        self._consumer = AIOKafkaConsumer(
+            self.topic, bootstrap_servers=self.settings.kafka_bootstrap, group_id=self.group,
+            client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset=self.settings.shadow_start,
+            max_poll_records=self.settings.max_batch_size, metadata_max_age_ms=30_000,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
+        )
+        await self._consumer.start()
+        log.info("shadow %s on %s (group %s): candidate %s vs stable %s", self.worker_id, self.topic, self.group,
+                 self._engine.candidate or "none yet", self._engine.stable)
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+        await self._exit.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def request_stop(self) -> None:
+        """Finish the batch in hand, commit it, then return from `run()`."""
+        self._stop_requested.set()
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
+
+    async def run(self, burst: bool = False) -> int:
+        """Compare until asked to stop (or, in burst mode, until the backlog is drained); returns records read."""
+        consumer = self._require_consumer()
+        engine = self.engine
+        while not self._stop_requested.is_set():
+            fetched = await consumer.getmany(timeout_ms=POLL_MS, max_records=self.settings.max_batch_size)
+            records = [record for part in fetched.values() for record in part]
+            if records:
+                await self._let_live_go_first(records)
+                await engine.process(records)
+                await commit_records(consumer, records)
+            elif burst and await backlog_drained(consumer):
+                break
+        return engine.totals.records
+
+    async def _let_live_go_first(self, records: list[ConsumerRecord]) -> None:
+        """Hold a batch until its newest record is `shadow_min_age_ms` old: the live workers have
+        answered by then (so their result is there to compare with) and the shadow's compute no
+        longer lands on the same moment as theirs."""
+        newest_ms = max(record.timestamp for record in records)
+        wait_s = (newest_ms + self.settings.shadow_min_age_ms) / 1000 - time.time()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+
+    def _require_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("shadow worker not started")
+        return self._consumer
+
+
+async def serve_shadow(settings: ShadowSettings, *, burst: bool = False) -> int:
+    """Run one shadow process until SIGTERM (or, in burst mode, a drained backlog): the entry
+    point behind `FLEET_ROLE=shadow fleet-worker` and `fleet shadow run`. Returns records read."""
+    yield_cpu_to_live_workers(settings)
+    async with ShadowWorker(settings) as worker:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.request_stop)
+        if settings.metrics_port is not None:
+            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
+        engine = worker.engine
+        print(f"shadow {worker.worker_id} ready: model {settings.model}, candidate "
+              f"{engine.candidate or 'none (idle until a candidate pointer appears)'}, stable {engine.stable}",
+              flush=True)
+        await worker.run(burst=burst)
+    totals = engine.totals
+    print(f"shadow stopped: {totals.records} records, {totals.compared} compared, {totals.agreed} agreed, "
+          f"skipped {dict(totals.skipped)}", flush=True)
+    return totals.records
