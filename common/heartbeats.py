@@ -1,8 +1,9 @@
-"""Worker heartbeats and drain switches in Redis.
+"""Reading worker heartbeats and drain switches in Redis; the health states they report.
 
 Each worker keeps a hash `fleet:worker:<model>:<worker_id>` fresh with its role, device,
 health, model version and lag. The key expires `ttl_s` after the last beat, so a worker that
-dies (SIGKILL, lost host) disappears by itself; nothing has to clean up after it. Workers are
+dies (SIGKILL, lost host) disappears by itself; nothing has to clean up after it. The writer is
+workers/health/heartbeat.py; the gateway and the operator's tool read through this module. Workers are
 found through a per-model index (a sorted set scored by expiry), never by SCAN: the same
 Redis holds millions of cache entries and results, and a SCAN would walk them all.
 
@@ -12,20 +13,25 @@ no TTL and stays until `undrain`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
-from redis.typing import EncodableT, FieldT
 
 from schemas.names import WORKER_MODELS_KEY, drain_key, worker_key, workers_index_key
-from workers.health.monitor import HealthState
 
 log = logging.getLogger(__name__)
+
+
+class HealthState(StrEnum):
+    """A worker's health as its heartbeat reports it (workers/health/monitor.py derives it)."""
+
+    healthy = "healthy"
+    degraded = "degraded"
+    failed = "failed"
+
 
 PRIMARY = "primary"  # the value of workers.settings.Role.primary
 SERVING_STATES = frozenset({HealthState.healthy.value, HealthState.degraded.value})
@@ -65,58 +71,6 @@ class WorkerInfo:
     def serving_primary(self) -> bool:
         """A primary that is healthy or degraded and not drained: it can take the model's traffic."""
         return self.role == PRIMARY and self.state in SERVING_STATES and not self.drained
-
-
-class Heartbeat:
-    """One worker's heartbeat; `beat` writes it, `run` beats every interval until cancelled."""
-
-    def __init__(self, redis: Redis, *, model: str, worker_id: str, role: str, device: str, ttl_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
-        if ttl_s <= 0:
-            raise ValueError("heartbeat ttl must be positive")
-        self.redis = redis
-        self.model = model
-        self.worker_id = worker_id
-        self.role = role
-        self.device = device
-        self.ttl_ms = max(int(ttl_s * 1000), 1)
-        self.key = worker_key(model, worker_id)
-        self._clock = clock
-
-    async def beat(self, state: str, reason: str, version: str, lag: int) -> None:
-        """Write the heartbeat and push its expiry `ttl_s` ahead, in one transaction."""
-        fields: dict[FieldT, EncodableT] = {
-            "worker": self.worker_id, "model": self.model, "role": self.role, "device": self.device,
-            "state": str(state), "reason": reason, "version": version, "lag": int(lag),
-            "beat_ms": int(self._clock() * 1000),
-        }
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self.key, mapping=fields)
-            pipe.pexpire(self.key, self.ttl_ms)
-            pipe.zadd(workers_index_key(self.model), {self.worker_id: int(fields["beat_ms"]) + self.ttl_ms})
-            pipe.sadd(WORKER_MODELS_KEY, self.model)
-            await pipe.execute()
-
-    async def run(self, interval_s: float, read: Callable[[], BeatFields]) -> None:
-        """Beat every `interval_s` with what `read()` returns, until cancelled.
-
-        A Redis error skips one beat and is logged: a Redis blip must not stop the worker,
-        and the TTL hides the worker only if beats stay missing for `ttl_s`.
-        """
-        while True:
-            now = read()
-            try:
-                await self.beat(now.state, now.reason, now.version, now.lag)
-            except RedisError as exc:
-                log.warning("heartbeat of %s not written: %s", self.worker_id, exc)
-            await asyncio.sleep(interval_s)
-
-    async def remove(self) -> None:
-        """Delete the heartbeat at a clean shutdown, so the worker is gone at once, not after the TTL."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.key)
-            pipe.zrem(workers_index_key(self.model), self.worker_id)
-            await pipe.execute()
 
 
 async def list_workers(redis: Redis, model: str | None = None, *, now_s: float | None = None) -> list[WorkerInfo]:

@@ -58,6 +58,22 @@ def _text(value: bytes | str) -> str:
 
 
 @dataclass(frozen=True)
+class ServingPointers:
+    """What a worker serves: stable, and the candidate with its share of unpinned traffic."""
+
+    stable: str
+    candidate: str | None = None
+    percent: float = 0.0
+
+
+def _number(text: str | None, default: float) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
 class PointerState:
     """The typed content of the versions hash; `PointerState()` is a model nobody has pointed yet."""
 
@@ -83,17 +99,27 @@ class PointerState:
             return None
         return pick_version(request_id, self.stable, self.candidate, self.percent)
 
+    @property
+    def serving(self) -> ServingPointers | None:
+        """The pointers a worker serves; None while no stable version is set."""
+        if self.stable is None:
+            return None
+        return ServingPointers(self.stable, self.candidate, self.percent if self.candidate else 0.0)
+
     @classmethod
     def from_hash(cls, raw: Mapping[bytes | str, bytes | str]) -> PointerState:
+        """The one reader of the versions hash. A number that does not parse reads as its default
+        and the percentage is clamped to 0..100: a hand-edited hash must not stop every worker."""
         fields = {_text(k): _text(v) for k, v in raw.items()}
+        state = fields.get("state") or RolloutState.idle
         return cls(
             stable=fields.get("stable") or None,
             candidate=fields.get("candidate") or None,
-            percent=float(fields.get("percent") or 0.0),
-            state=RolloutState(fields.get("state") or RolloutState.idle),
-            stage=int(fields.get("stage") or -1),
+            percent=min(max(_number(fields.get("percent"), 0.0), 0.0), 100.0),
+            state=RolloutState(state) if state in RolloutState.__members__ else RolloutState.idle,
+            stage=int(_number(fields.get("stage"), -1)),
             reason=fields.get("reason", ""),
-            updated_ms=int(fields.get("updated_ms") or 0),
+            updated_ms=int(_number(fields.get("updated_ms"), 0)),
             actor=fields.get("actor", ""),
             previous=fields.get("previous") or None,
             plan=fields.get("plan") or None,
@@ -105,6 +131,11 @@ class PointerState:
                   "reason": self.reason, "updated_ms": str(self.updated_ms), "actor": self.actor}
         optional = {"stable": self.stable, "candidate": self.candidate, "previous": self.previous, "plan": self.plan}
         return fields | {name: value for name, value in optional.items() if value is not None}
+
+
+async def read_pointers(redis: Redis, model: str) -> PointerState:
+    """A model's pointers as they are now (`PointerState()` when nobody has pointed it yet)."""
+    return PointerState.from_hash(await redis.hgetall(versions_key(model)))  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -141,7 +172,7 @@ class VersionPointers:
         self.audit_key = versions_audit_stream(model)
 
     async def get(self) -> PointerState:
-        return PointerState.from_hash(await self.redis.hgetall(self.key))  # type: ignore[misc]
+        return await read_pointers(self.redis, self.model)
 
     async def set_stable(self, version: str, actor: str, reason: str) -> PointerState:
         """Point stable at `version` (refused during a rollout); the one it replaces becomes `previous`."""

@@ -25,19 +25,20 @@ from schemas.wire import Status, now_ms
 from models.backends.base import Backend
 from models.backends.onnx import DeviceUnavailable
 from workers.health.faults import FaultInjector
-from workers.health.monitor import HealthState
+from common.heartbeats import HealthState
 from workers.delivery.offsets import backlog_drained, commit_records
-from workers.batching.sizing import BatchSizeCap
-from workers.batching.policy import BatchCollector, BatchPolicy
+from workers.batching.collector import BatchCollector
+from workers.batching.policy import BatchPolicy
+from workers.batching.sizing import BatchSizing
 from workers.delivery.sink import Outcome, ResultSink
-from workers.batching.feedback import BatchFeedback
 from workers.observability.metrics import WorkerMetrics
 from workers.settings import OverlongInputs, Role, WorkerSettings
-from workers.compute.stages import Computed, Prepared, compute, encode_groups, sort_batch
+from workers.compute.compute import Computed, compute
+from workers.compute.prepare import Prepared, encode_groups, sort_batch
 from workers.observability.redaction import Redactor
 from workers.health.supervisor import Supervisor, beat_failed
 from workers.observability.tracing import DebugTracer
-from workers.compute.triage import Provenance
+from workers.compute.provenance import Provenance
 from workers.cache.batch import BatchCaches
 from common.clients import open_clients
 from workers.serving.loading import encoder_loader, resident_size, version_loader
@@ -154,9 +155,8 @@ class Worker:
             topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
         self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
                                    self.settings.batch_policy, self.settings.preferred_batch_sizes)
-        self.feedback = BatchFeedback(self._policy, BatchSizeCap(self.settings.max_batch_size,
-                                                                 clean_period_s=self.settings.oom_clean_period_s),
-                                      self.metrics, lambda: self._labels)
+        self.sizing = BatchSizing(self._policy, clean_period_s=self.settings.oom_clean_period_s,
+                                  metrics=self.metrics, labels=lambda: self._labels)
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self._stats = VersionStatsRecorder(self._redis, self.settings.model)
         self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer, metrics=self.metrics.cache,
@@ -318,7 +318,10 @@ class Worker:
                 self._batches_in_model -= 1
                 if self._batches_in_model == 0:
                     self._model_free.set()
-            self.feedback.after_compute(computed, self.supervisor.health)
+            run = computed.run
+            self.sizing.after_batch(len(computed.records), computed.computed, run)
+            if run is not None:
+                self.supervisor.health.record_batch(run.device_error, run.largest_oom)
             await out.put(computed)
         await out.put(None)
 

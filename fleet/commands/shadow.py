@@ -24,7 +24,8 @@ from redis.asyncio import Redis
 from common.logs import configure_logging
 from fleet.commands.shadow_report import format_report, summarise
 from common.topics import newest_records
-from schemas.names import comparisons_topic, versions_key
+from schemas.names import comparisons_topic
+from versions.pointers import read_pointers
 from schemas.shadow import Comparison
 from schemas.wire import WireError
 from workers.shadow.worker import serve_shadow
@@ -90,16 +91,16 @@ async def build_report(settings: ShadowSettings, model: str, candidate: str | No
     """The report text and the stats totals, or None when nothing about any candidate is known."""
     redis = Redis.from_url(settings.redis_url)
     try:
-        pointers = {k.decode(): v.decode() for k, v in (await redis.hgetall(versions_key(model))).items()}  # type: ignore[misc]
+        pointers = await read_pointers(redis, model)
         comparisons = await recent_comparisons(settings.kafka_bootstrap, model, last)
-        candidate = candidate or pointers.get("candidate") or (comparisons[-1].shadow_version if comparisons else None)
+        candidate = candidate or pointers.candidate or (comparisons[-1].shadow_version if comparisons else None)
         if candidate is None:
             return None
         totals = await read_shadow(redis, model, candidate)
     finally:
         await redis.aclose()
     mine = [c for c in comparisons if c.shadow_version == candidate]
-    stable = pointers.get("stable") or (mine[-1].live_version if mine else None)
+    stable = pointers.stable or (mine[-1].live_version if mine else None)
     return format_report(model, candidate, stable, totals, summarise(mine, worst=worst), last=last), totals
 
 

@@ -107,7 +107,7 @@ async def test_oom_above_16_splits_batches_and_the_cap_recovers(client: FleetCli
             await producer.send(requests_topic(MODEL), request.encode(), key=request.id.encode())
         await producer.flush()
         await worker.run(burst=True)
-        after_oom = worker.feedback.cap.current
+        after_oom = worker.sizing.cap.current
         labels = {"model": MODEL, "version": backend.manifest.id, "role": "primary", "device": "cpu"}
         splits = worker.metrics.registry.get_sample_value("fleet_oom_splits_total", labels)
         for i in range(30):  # a quiet trickle: small batches, no OOM, the cap grows back
@@ -115,7 +115,7 @@ async def test_oom_above_16_splits_batches_and_the_cap_recovers(client: FleetCli
             await producer.send_and_wait(requests_topic(MODEL), trickle.encode())
             await worker.run(burst=True)
             await asyncio.sleep(0.1)
-        recovered = worker.feedback.cap.current
+        recovered = worker.sizing.cap.current
     found = await results_for(redis, backlog, timeout_s=10)
     print(f"\nOOM above 16: splits {splits}, cap after the backlog {after_oom}, after a quiet period {recovered}")
     assert len(found) == 400 and all(r.status is Status.ok for r in found.values())

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from models.backends.errors import DeviceError
-from workers.health.monitor import GpuReading, HealthMonitor, HealthState, cuda_index
+from common.heartbeats import HealthState
+from workers.health.monitor import GpuReading, HealthMonitor, cuda_index
 from workers.settings import WorkerSettings
 
 

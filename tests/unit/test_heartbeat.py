@@ -17,10 +17,10 @@ from redis.exceptions import RedisError
 from fleet.commands import workers as workers_cli
 from common.settings import FleetSettings
 from schemas.names import WORKER_MODELS_KEY, workers_index_key
-from workers.health.monitor import HealthState
+from workers.health.heartbeat import Heartbeat
 from common.heartbeats import (
     BeatFields,
-    Heartbeat,
+    HealthState,
     WorkerInfo,
     drain,
     drain_key,

@@ -3,7 +3,8 @@ from dataclasses import dataclass
 import msgpack
 
 from schemas.wire import ReplyTo, Request, Status, new_request_id
-from workers.compute.triage import Provenance, triage
+from workers.compute.provenance import Provenance
+from workers.compute.triage import triage
 
 WHO = Provenance(model="minilm-embed", version="minilm-embed-20261130-001", device="cpu", worker="w")
 NOW = 1_800_000_000_000

@@ -1,12 +1,22 @@
-"""The worker's effective max batch size after out-of-memory errors (seed §4.3).
+"""How many records the next micro-batch takes: one owner, `BatchSizing`, told after every batch.
 
-An OOM halves the cap (never below 1); after a clean period without OOM it grows back one
-step at a time toward the configured maximum, so a transient memory squeeze does not pin
-the worker to tiny batches and a real one does not make it thrash.
+Two things move it:
+- out-of-memory errors (seed §4.3): an OOM halves the cap on model rows (never below 1); after
+  a clean period without OOM it grows back one step at a time toward the configured maximum, so
+  a transient memory squeeze does not pin the worker to tiny batches and a real one does not
+  make it thrash;
+- the share the caches answer: records a cache answers cost a fraction of a model row, so the
+  batch takes more records to keep the model's rows near the cap.
 """
 
+import logging
 import time
 from collections.abc import Callable
+from workers.batching.policy import BatchPolicy
+from workers.compute.run_batch import BatchRun
+from workers.observability.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
 
 
 class BatchSizeCap:
@@ -49,3 +59,30 @@ class CachedShare:
     def records_for(self, cap: int) -> int:
         factor = min(1 / max(1 - self.share, 1e-9), self._max_factor)
         return max(cap, round(cap * factor))
+
+
+class BatchSizing:
+    """The one owner of the effective max batch size: it alone resizes the batch policy."""
+
+    def __init__(self, policy: BatchPolicy, *, clean_period_s: float, metrics: WorkerMetrics,
+                 labels: Callable[[], dict[str, str]]) -> None:
+        self._policy = policy
+        self.cap = BatchSizeCap(policy.max_batch_size, clean_period_s=clean_period_s)
+        self._cached_share = CachedShare()
+        self._metrics = metrics
+        self._labels = labels
+
+    def after_batch(self, records: int, computed: int, run: BatchRun | None) -> None:
+        """`run`: the batch's model runs as one, None when the caches answered it whole."""
+        self._cached_share.observe(records, computed)
+        if run is not None and run.largest_oom:
+            self.cap.on_oom(run.largest_oom)
+            self._metrics.oom_splits.labels(**self._labels()).inc(run.oom_splits)
+            log.warning("out of memory on a batch of %d; effective max batch now %d", run.largest_oom,
+                        self.cap.current)
+        elif run is not None and run.clean:
+            self.cap.on_clean_batch()
+        # The cap bounds model rows; records the caches answer come on top of it.
+        self._policy.resize(self._cached_share.records_for(self.cap.current))
+        if run is not None:
+            self._metrics.effective_max_batch.labels(**self._labels()).set(self.cap.current)

@@ -24,7 +24,8 @@ from workers.cache.keys import input_digest
 from workers.cache.metrics import CacheMetrics
 from workers.delivery.sink import Outcome
 from workers.settings import WorkerSettings
-from workers.compute.stages import Computed, Prepared, VersionGroup, drop_rows
+from workers.compute.compute import Computed
+from workers.compute.prepare import Prepared, VersionGroup, drop_rows
 from workers.compute.triage import Ready
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.delivery.sink import Outcome
 from workers.cache.semantic_cost import LookupCost
 from workers.settings import WorkerSettings
-from workers.compute.stages import Computed, Prepared, VersionGroup, drop_rows
+from workers.compute.compute import Computed
+from workers.compute.prepare import Prepared, VersionGroup, drop_rows
 
 log = logging.getLogger(__name__)
 

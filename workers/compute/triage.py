@@ -7,9 +7,10 @@ and the rest are ready for the model. Every record lands in exactly one of those
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from schemas.wire import DeadLetter, ErrorInfo, Request, Result, Status, WireError
+from schemas.wire import DeadLetter, ErrorInfo, Request, Status, WireError
+from workers.compute.provenance import Provenance
 
 from workers.delivery.sink import Outcome
 
@@ -22,24 +23,6 @@ class KafkaRecord(Protocol):
     offset: int
     timestamp: int
     value: bytes | None
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Who computes: stamped on every result this worker makes."""
-
-    model: str
-    version: str
-    device: str
-    worker: str
-    served_status: Status = Status.ok  # fallback workers answer `degraded`
-
-    def result(self, request_id: str, status: Status, **fields: Any) -> Result:
-        return Result(id=request_id, model=self.model, version=self.version, device=self.device,
-                      worker=self.worker, status=status, **fields)
-
-    def error(self, request_id: str, code: str, message: str, **fields: Any) -> Result:
-        return self.result(request_id, Status.error, error=ErrorInfo(code=code, message=message), **fields)
 
 
 @dataclass(frozen=True)

@@ -25,20 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
+from common.heartbeats import HealthState
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RECOVER_AFTER = 3
 DEFAULT_MAX_GPU_TEMPERATURE_C = 85.0
-
-
-class HealthState(StrEnum):
-    healthy = "healthy"
-    degraded = "degraded"
-    failed = "failed"
 
 
 HealthListener = Callable[[HealthState, HealthState, str], None]  # (old, new, reason)
@@ -202,6 +196,15 @@ class HealthMonitor:
             self._failed_reason = reason
             change = self._settle()
         self._notify(change)
+
+    def record_batch(self, device_error: BaseException | None, largest_oom: int) -> None:
+        """What a computed batch says of the device: an error, an out-of-memory split, or a success."""
+        if device_error is not None:
+            self.record_error(device_error)
+        elif largest_oom:
+            self.record_oom(f"batch of {largest_oom}")
+        else:
+            self.record_success()
 
     def record_gpu(self, reading: GpuReading) -> None:
         """Degraded while the GPU runs hot or reports uncorrected ECC errors; fine again when it stops."""

@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from workers.health.monitor import HealthMonitor, HealthState
-from common.heartbeats import BeatFields, Heartbeat, is_drained
+from common.heartbeats import HealthState
+from workers.health.monitor import HealthMonitor
+from common.heartbeats import BeatFields, is_drained
+from workers.health.heartbeat import Heartbeat
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)

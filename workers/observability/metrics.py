@@ -18,7 +18,7 @@ from schemas.wire import now_ms
 from workers.cache.metrics import CacheMetrics
 
 if TYPE_CHECKING:
-    from workers.compute.stages import Computed
+    from workers.compute.compute import Computed
 
 PREFIX = "fleet"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

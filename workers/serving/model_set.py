@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from models.backends.base import Backend
+from versions.pointers import ServingPointers
 from versions.routing import version_for
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,6 @@ class Serving:
         return self.stable
 
 
-@dataclass(frozen=True)
-class Pointers:
-    stable: str
-    candidate: str | None = None
-    percent: float = 0.0
-
-
 class ModelSet:
     """Resident versions, least recently served first; `apply` loads what pointers name."""
 
@@ -62,12 +56,12 @@ class ModelSet:
         self._lock = asyncio.Lock()
 
     @property
-    def pointers(self) -> Pointers:
+    def pointers(self) -> ServingPointers:
         candidate = self.serving.candidate
-        return Pointers(self.serving.stable.manifest.id, candidate.manifest.id if candidate else None,
+        return ServingPointers(self.serving.stable.manifest.id, candidate.manifest.id if candidate else None,
                         self.serving.percent)
 
-    async def apply(self, wanted: Pointers) -> bool:
+    async def apply(self, wanted: ServingPointers) -> bool:
         """Make `wanted` the serving set, loading missing versions first; True when anything changed.
 
         Raises what loading raises (unknown version, integrity failure); the serving set is

@@ -10,39 +10,25 @@ import logging
 
 from redis.asyncio import Redis
 
-from schemas.names import versions_key
-from workers.serving.model_set import ModelSet, Pointers
+from versions.pointers import ServingPointers, read_pointers
+from workers.serving.model_set import ModelSet
 
 log = logging.getLogger(__name__)
-
-
-def pointers_from(fields: dict[bytes, bytes]) -> Pointers | None:
-    """The pointers a worker serves from the `versions_key` hash; None when no stable is set."""
-    text = {key.decode(): value.decode() for key, value in fields.items()}
-    stable = text.get("stable")
-    if not stable:
-        return None
-    candidate = text.get("candidate") or None
-    try:
-        percent = min(max(float(text.get("percent", "0") or 0), 0.0), 100.0)
-    except ValueError:
-        percent = 0.0
-    return Pointers(stable=stable, candidate=candidate, percent=percent if candidate else 0.0)
 
 
 class PointerWatcher:
     def __init__(self, redis: Redis, model: str, models: ModelSet, *, poll_s: float) -> None:
         self._redis = redis
-        self._key = versions_key(model)
+        self._model = model
         self._models = models
         self._poll_s = poll_s
-        self._failed: Pointers | None = None
+        self._failed: ServingPointers | None = None
         self.synced = asyncio.Event()  # set after the first successful read, for tests and readiness
 
     async def sync_once(self) -> bool:
         """Read the pointers and apply them; True when the serving set changed."""
         try:
-            wanted = pointers_from(await self._redis.hgetall(self._key))
+            wanted = (await read_pointers(self._redis, self._model)).serving
         except Exception as exc:  # Redis away: keep serving what is resident
             log.warning("cannot read version pointers (%s); serving %s", exc, self._models.pointers)
             return False

@@ -27,7 +27,8 @@ from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, 
 from pydantic import Field
 from redis.asyncio import Redis
 
-from schemas.names import comparisons_topic, result_key, shadow_stats_key, versions_key
+from schemas.names import comparisons_topic, result_key, shadow_stats_key
+from versions.pointers import read_pointers
 from schemas.shadow import Comparison, LiveSource
 from schemas.wire import Request, Result, WireError
 from models.backends.base import Backend
@@ -181,10 +182,9 @@ class ShadowEngine:
         if not force and time.monotonic() - self._pointers_read_at < self.settings.shadow_pointer_poll_s:
             return
         self._pointers_read_at = time.monotonic()
-        raw: dict[bytes, bytes] = await self._redis.hgetall(versions_key(self.model))  # type: ignore[misc]
-        pointers = {key.decode(): value.decode() for key, value in raw.items()}
-        stable = pointers.get("stable") or self._registered_stable()
-        candidate = self.settings.shadow_candidate or pointers.get("candidate") or None
+        pointers = await read_pointers(self._redis, self.model)
+        stable = pointers.stable or self._registered_stable()
+        candidate = self.settings.shadow_candidate or pointers.candidate
         if (stable, candidate) != (self.stable, self.candidate):
             log.info("shadow of %s: stable %s, candidate %s", self.model, stable, candidate or "none (idle)")
             self.stable, self.candidate = stable, candidate

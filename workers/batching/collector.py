@@ -1,0 +1,72 @@
+"""Pulling a micro-batch from an aiokafka consumer until the policy says it should go.
+
+The backlog the policy weighs is highwater minus position per assigned partition, both known
+locally from fetch responses: no broker round trip per batch.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from workers.batching.policy import MAX_BUSY_WAIT_S, BatchPolicy, BatchView
+
+
+@dataclass
+class FetchedBatch:
+    """Records in fetch order, with when each reached this worker (epoch ms)."""
+
+    records: list[ConsumerRecord] = field(default_factory=list)
+    fetched_ms: list[float] = field(default_factory=list)
+
+
+class BatchCollector:
+    """Pulls records from a consumer until the policy says the batch should go."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, policy: BatchPolicy, *,
+                 stopping: Callable[[], bool] = lambda: False, model_free: asyncio.Event | None = None) -> None:
+        self._consumer = consumer
+        self._policy = policy
+        self._stopping = stopping
+        self._model_free = model_free
+        self.last_backlog: dict[TopicPartition, int] = {}
+
+    async def backlog(self) -> int:
+        """Records on the assigned partitions not yet handed to us, as of the last fetch responses."""
+        waiting: dict[TopicPartition, int] = {}
+        for tp in self._consumer.assignment():
+            highwater = self._consumer.highwater(tp)
+            if highwater is not None:
+                waiting[tp] = max(highwater - await self._consumer.position(tp), 0)
+        self.last_backlog = waiting
+        return sum(waiting.values())
+
+    async def next_batch(self) -> FetchedBatch:
+        """A batch the policy approves of; empty when nothing arrived within an idle poll."""
+        fetched_batch = FetchedBatch()
+        batch = fetched_batch.records
+        while True:
+            oldest = min((record.timestamp for record in batch), default=None)
+            age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
+            view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
+                             model_busy=self._model_free is not None and not self._model_free.is_set())
+            decision = self._policy.decide(view)
+            if decision.dispatch or (batch and self._stopping()):
+                return fetched_batch
+            wait_ms = max(int(decision.wait_ms), 1)
+            if decision.until_model_free and self._model_free is not None:
+                # Sleep instead of polling: the consumer keeps prefetching in the background, and
+                # one non-blocking getmany takes what arrived once the model is free.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._model_free.wait(), MAX_BUSY_WAIT_S)
+                wait_ms = 0
+            fetched = await self._consumer.getmany(timeout_ms=wait_ms,
+                                                   max_records=self._policy.max_batch_size - len(batch))
+            records = [record for part in fetched.values() for record in part]
+            if not records and not batch:
+                return fetched_batch
+            batch += records
+            fetched_batch.fetched_ms += [time.time() * 1000] * len(records)

@@ -1,0 +1,129 @@
+"""Preparing a micro-batch for the model, in a worker thread: `sort_batch` (triage, then a
+version group per serving version) and `encode_groups` (tokenise). Cache lookups happen between
+the two (workers/cache/batch.py) and take rows out with `drop_rows`.
+
+A batch is split by version: each `VersionGroup` runs on its own backend, so a canary's rows
+never share a model call with stable's. Tokenizers and ONNX Runtime release the GIL, so batch
+k+1 is tokenised while batch k runs and batch k-1 is delivered.
+"""
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from aiokafka import ConsumerRecord
+
+from models.backends.base import Backend, Encoded
+from workers.batching.collector import FetchedBatch
+from workers.compute.provenance import Provenance
+from workers.compute.triage import Ready, Triage, triage
+from workers.delivery.sink import Outcome
+from workers.serving.model_set import Serving
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VersionGroup:
+    """The rows of one batch that one version computes."""
+
+    backend: Backend
+    who: Provenance
+    ready: list[Ready] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)  # exact-cache key per ready row, when the cache is on
+    followers: list[tuple[int, Ready]] = field(default_factory=list)  # same input as ready[i], answered with it
+    vectors: npt.NDArray[np.float32] | None = None  # semantic-cache encoder rows of `ready`
+    verifying: dict[int, Any] = field(default_factory=dict)  # ready row -> semantic hit the model double-checks
+    encoded: Encoded | None = None
+
+
+@dataclass
+class Prepared:
+    records: list[ConsumerRecord]
+    fetched_ms: dict[int, float]  # id(record) -> when it reached this worker
+    triaged: Triage
+    start_ms: int
+    groups: list[VersionGroup] = field(default_factory=list)
+    tokenize_ms: float = 0.0
+
+    @property
+    def needs_model(self) -> bool:
+        return any(group.ready for group in self.groups)
+
+
+def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Backend],
+               who_for: Callable[[Backend], Provenance], start_ms: int,
+               digest: Callable[[Ready], str] | None = None) -> Prepared:
+    """Triage the records and give each ready request its version group."""
+    records = batch.records
+    triaged = triage(records, who_for(serving.stable), start_ms, resident=tuple(resident))
+    # Close deadlines first: when a group is cut into sub-batches, urgent rows lead ties.
+    triaged.ready.sort(key=lambda item: item.request.deadline_ms)
+    fetched_ms = {id(record): at for record, at in zip(records, batch.fetched_ms, strict=True)}
+    prepared = Prepared(records=records, fetched_ms=fetched_ms, triaged=triaged, start_ms=start_ms)
+    groups: dict[str, VersionGroup] = {}
+    for item in triaged.ready:
+        backend = serving.pick(item.request.id, item.request.version, resident)
+        assert backend is not None  # triage answered pins of versions that are not resident
+        version = backend.manifest.id
+        if version not in groups:
+            groups[version] = VersionGroup(backend=backend, who=who_for(backend))
+        groups[version].ready.append(item)
+        if digest is not None:
+            groups[version].digests.append(digest(item))
+    prepared.groups = list(groups.values())
+    return prepared
+
+
+def encode_groups(prepared: Prepared, *, reject_overlong: bool = False) -> None:
+    started = time.perf_counter()
+    for group in prepared.groups:
+        if not group.ready:
+            continue
+        try:
+            group.encoded = group.backend.encode([item.text for item in group.ready])
+            if reject_overlong and any(group.encoded.truncated):
+                group.encoded = _reject_overlong(group, prepared.triaged)
+        except Exception:
+            log.exception("tokenising a batch of %d failed; its rows will be retried one by one", len(group.ready))
+    prepared.tokenize_ms = (time.perf_counter() - started) * 1000
+
+
+def _reject_overlong(group: VersionGroup, triaged: Triage) -> Encoded | None:
+    """Answer inputs longer than the limit with an error and re-encode the rest."""
+    assert group.encoded is not None
+    message = "input is longer than the worker's max_input_tokens; shorten it or split it"
+    too_long = [row for row, cut in enumerate(group.encoded.truncated) if cut]
+    drop_rows(group, too_long, lambda _row, item: Outcome(
+        item.request, group.who.error(item.request.id, "input_too_long", message)), triaged.answered)
+    return group.backend.encode([item.text for item in group.ready]) if group.ready else None
+
+
+def drop_rows(group: VersionGroup, drop: Collection[int], answer: Callable[[int, Ready], Outcome],
+              into: list[Outcome]) -> None:
+    """Take rows out of a group before compute, answering each (and its followers) with
+    `answer(row, item)`; the rows that stay keep their digests, vectors and followers."""
+    if not drop:
+        return
+    dropped = set(drop)
+    kept_rows = [row for row in range(len(group.ready)) if row not in dropped]
+    new_row = {old: new for new, old in enumerate(kept_rows)}
+    for row in sorted(dropped):
+        into.append(answer(row, group.ready[row]))
+    followers = []
+    for row, follower in group.followers:
+        if row in new_row:
+            followers.append((new_row[row], follower))
+        else:
+            into.append(answer(row, follower))
+    group.followers = followers
+    group.verifying = {new_row[row]: hit for row, hit in group.verifying.items() if row in new_row}
+    if group.vectors is not None:
+        group.vectors = group.vectors[kept_rows]
+    group.ready[:] = [group.ready[row] for row in kept_rows]
+    if group.digests:
+        group.digests[:] = [group.digests[row] for row in kept_rows]

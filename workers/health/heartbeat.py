@@ -1,0 +1,69 @@
+"""A worker's own heartbeat: the hash that common/heartbeats.py reads, kept fresh with a TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
+
+from common.heartbeats import BeatFields
+from schemas.names import WORKER_MODELS_KEY, worker_key, workers_index_key
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """One worker's heartbeat; `beat` writes it, `run` beats every interval until cancelled."""
+
+    def __init__(self, redis: Redis, *, model: str, worker_id: str, role: str, device: str, ttl_s: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        if ttl_s <= 0:
+            raise ValueError("heartbeat ttl must be positive")
+        self.redis = redis
+        self.model = model
+        self.worker_id = worker_id
+        self.role = role
+        self.device = device
+        self.ttl_ms = max(int(ttl_s * 1000), 1)
+        self.key = worker_key(model, worker_id)
+        self._clock = clock
+
+    async def beat(self, state: str, reason: str, version: str, lag: int) -> None:
+        """Write the heartbeat and push its expiry `ttl_s` ahead, in one transaction."""
+        fields: dict[FieldT, EncodableT] = {
+            "worker": self.worker_id, "model": self.model, "role": self.role, "device": self.device,
+            "state": str(state), "reason": reason, "version": version, "lag": int(lag),
+            "beat_ms": int(self._clock() * 1000),
+        }
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.key, mapping=fields)
+            pipe.pexpire(self.key, self.ttl_ms)
+            pipe.zadd(workers_index_key(self.model), {self.worker_id: int(fields["beat_ms"]) + self.ttl_ms})
+            pipe.sadd(WORKER_MODELS_KEY, self.model)
+            await pipe.execute()
+
+    async def run(self, interval_s: float, read: Callable[[], BeatFields]) -> None:
+        """Beat every `interval_s` with what `read()` returns, until cancelled.
+
+        A Redis error skips one beat and is logged: a Redis blip must not stop the worker,
+        and the TTL hides the worker only if beats stay missing for `ttl_s`.
+        """
+        while True:
+            now = read()
+            try:
+                await self.beat(now.state, now.reason, now.version, now.lag)
+            except RedisError as exc:
+                log.warning("heartbeat of %s not written: %s", self.worker_id, exc)
+            await asyncio.sleep(interval_s)
+
+    async def remove(self) -> None:
+        """Delete the heartbeat at a clean shutdown, so the worker is gone at once, not after the TTL."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.key)
+            pipe.zrem(workers_index_key(self.model), self.worker_id)
+            await pipe.execute()
