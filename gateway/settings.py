@@ -9,7 +9,6 @@ from common.settings import FleetSettings
 
 class ClientSettings(FleetSettings):
     default_timeout_s: float = Field(10.0, gt=0, description="Deadline of a request when the caller names none")
-    reply_stream_maxlen: int = Field(100_000, ge=100, description="Approximate cap on a waiter's reply stream")
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the client creates it")
 
 

@@ -3,7 +3,6 @@
 import argparse
 import asyncio
 import logging
-import signal
 
 from prometheus_client import start_http_server
 
@@ -16,9 +15,7 @@ from workers.fallback import PrimaryTakeover
 
 async def serve(settings: WorkerSettings, *, burst: bool) -> int:
     async with Worker(settings) as worker:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_stop)
+        worker.stop_on_signals()
         if settings.metrics_port is not None:
             start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
         if worker.unavailable is not None:

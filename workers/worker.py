@@ -1,10 +1,11 @@
 """The worker: a consumer-group member that turns micro-batches of requests into results.
 
-Life cycle follows aiokafka: `start()`, idempotent `stop()`, or `async with`. `run()` serves
-until `request_stop()` (SIGTERM) or, in burst mode, until the assigned partitions are
-drained. Three stages overlap, linked by one-slot queues: collect + tokenise batch k+1,
-run batch k, deliver + commit batch k-1. Delivery and commits happen in batch order, and a
-batch's offsets are committed only after its results are delivered.
+Life cycle as aiokafka's (workers/membership.py): `start()`, idempotent `stop()`, or
+`async with`. `run()` serves until `request_stop()` (SIGTERM) or, in burst mode, until the
+assigned partitions are drained. Three stages overlap, linked by one-slot queues: collect +
+tokenise batch k+1, run batch k, deliver + commit batch k-1. Delivery and commits happen in
+batch order, and a batch's offsets are committed only after its results are delivered. The
+parts the stages use are wired in workers/assembly.py.
 """
 
 import asyncio
@@ -12,40 +13,35 @@ import logging
 import os
 import socket
 import time
-from contextlib import AsyncExitStack
 from collections.abc import Callable
-from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from redis.asyncio import Redis
 
+from common.clients import open_clients, redis_client
+from common.heartbeats import HealthState
+from models.backends.base import Backend
+from models.backends.onnx import DeviceUnavailable
 from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,
                            requests_topic)
 from schemas.wire import Status, now_ms
-from models.backends.base import Backend
-from models.backends.onnx import DeviceUnavailable
-from workers.health.faults import FaultInjector
-from common.heartbeats import HealthState
-from workers.delivery.offsets import backlog_drained, commit_records
+from workers.assembly import WorkerIdentity, WorkerParts, assemble, serving_set
 from workers.batching.collector import BatchCollector
-from workers.batching.policy import BatchPolicy
 from workers.batching.sizing import BatchSizing
-from workers.delivery.sink import Outcome, ResultSink
-from workers.observability.metrics import WorkerMetrics
-from workers.settings import OverlongInputs, Role, WorkerSettings
+from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed, compute
 from workers.compute.prepare import Prepared, encode_groups, sort_batch
-from workers.observability.redaction import Redactor
-from workers.health.supervisor import Supervisor, beat_failed
-from workers.observability.tracing import DebugTracer
 from workers.compute.provenance import Provenance
-from workers.cache.batch import BatchCaches
-from common.clients import open_clients
-from workers.serving.loading import encoder_loader, resident_size, version_loader
-from workers.serving.model_set import ModelSet
-from workers.serving.pointer_watch import PointerWatcher
+from workers.delivery.offsets import backlog_drained, commit_records
+from workers.delivery.sink import Outcome
 from workers.delivery.version_stats import record_versions
-from versions.stats import VersionStatsRecorder
+from workers.health.faults import FaultInjector
+from workers.health.supervisor import Supervisor, beat_failed
+from workers.membership import KafkaMember, group_consumer
+from workers.observability.metrics import WorkerMetrics
+from workers.observability.tracing import DebugTracer
+from workers.serving.model_set import ModelSet
+from workers.settings import OverlongInputs, Role, WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +52,16 @@ def load_backend(settings: WorkerSettings) -> Backend:
     return load_backend_for(settings)
 
 
-async def _cancelled(task: "asyncio.Task[None]") -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+class Worker(KafkaMember):
+    what = "worker"
 
-
-class Worker:
     def __init__(self, settings: WorkerSettings, *, backend: Backend | None = None, redis: Redis | None = None,
                  producer: AIOKafkaProducer | None = None, metrics: WorkerMetrics | None = None,
                  takeover: bool = False, load_version: Callable[[str], Backend] | None = None) -> None:
         """`takeover=True` makes a fallback worker serve the primary topic in the primary group,
         for when no healthy primary is left (see workers/fallback.py). `load_version` loads
         further versions for hot swaps (default: from the registry, like the first)."""
+        super().__init__()
         if settings.semantic_cache and "intra_op_spinning" not in settings.model_fields_set:
             # Two ONNX Runtime sessions (model and cache encoder) share the cores: no busy-waiting.
             settings = settings.model_copy(update={"intra_op_spinning": False})
@@ -75,41 +69,59 @@ class Worker:
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         on_fallback_topic = settings.role is Role.fallback and not takeover
         self.topic = fallback_topic(settings.model) if on_fallback_topic else requests_topic(settings.model)
+        self.group = consumer_group(settings.model, "primary" if takeover else settings.role.value)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.processed = 0
         self.computed = 0
         self.expired = 0
         self._backend = backend
         self._load_version = load_version
-        self._models: ModelSet | None = None
+        self._parts: WorkerParts | None = None
         self._who_by_version: dict[str, Provenance] = {}
         self._redis = redis
         self._producer = producer
-        self._consumer: AIOKafkaConsumer | None = None
-        self._exit = AsyncExitStack()
-        self._stop_requested = asyncio.Event()
-        self._started = False
         self._reported_partitions: set[TopicPartition] = set()
         self._batches_in_model = 0  # handed to tokenise/compute and not computed yet
         self._model_free = asyncio.Event()
         self._model_free.set()
         self._unavailable: str | None = None
         self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
-        self.group = consumer_group(settings.model, "primary" if takeover else settings.role.value)
+
+    @property
+    def parts(self) -> WorkerParts:
+        if self._parts is None:
+            raise RuntimeError("worker not started")
+        return self._parts
 
     @property
     def backend(self) -> Backend:
         """The stable version: what unpinned traffic gets outside a rollout."""
+        if self._parts is not None:
+            return self._parts.models.serving.stable
         if self._backend is None:
             raise RuntimeError("worker not started")
-        return self._models.serving.stable if self._models is not None else self._backend
+        return self._backend
 
     @property
     def models(self) -> ModelSet:
         """The resident versions and which of them serve (see workers/serving/model_set.py)."""
-        if self._models is None:
-            raise RuntimeError("worker not started")
-        return self._models
+        return self.parts.models
+
+    @property
+    def caches(self) -> BatchCaches:
+        return self.parts.caches
+
+    @property
+    def tracer(self) -> DebugTracer:
+        return self.parts.tracer
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self.parts.supervisor
+
+    @property
+    def sizing(self) -> BatchSizing:
+        return self.parts.sizing
 
     @property
     def unavailable(self) -> str | None:
@@ -128,107 +140,56 @@ class Worker:
             raise RuntimeError("worker not started")
         return self._producer
 
-    async def start(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        faults = FaultInjector.from_settings(self.settings)
+    async def _open(self) -> None:
+        self.faults = FaultInjector.from_settings(self.settings)
         if self._backend is None:
             started = time.perf_counter()
             try:
-                loaded = await asyncio.to_thread(load_backend, self.settings)
+                self._backend = await asyncio.to_thread(load_backend, self.settings)
             except DeviceUnavailable as exc:
                 # The configured device is absent: report failed and serve nothing, never silently on CPU.
-                self._unavailable = str(exc)
-                await self._start_unavailable()
+                await self._start_unavailable(str(exc))
                 return
-            self._backend = loaded
-            self._loaded(loaded, time.perf_counter() - started)
+            self.metrics.observe_load(self.settings.model, self._backend, time.perf_counter() - started)
         inner = self._backend
-        self._backend = faults.wrap(inner)
-        self.faults = faults
-        self._models = ModelSet(self._backend, self._load_version or version_loader(self.settings, faults),
-                               budget_bytes=int(self.settings.model_memory_budget_mb * 2**20),
-                               size_of=resident_size(self.settings), on_load=self._loaded)
+        models = serving_set(self.settings, self.faults.wrap(inner), self.faults, self._load_version, self.metrics)
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
             topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
-        self._policy = BatchPolicy(self.settings.max_batch_size, self.settings.max_queue_delay_ms,
-                                   self.settings.batch_policy, self.settings.preferred_batch_sizes)
-        self.sizing = BatchSizing(self._policy, clean_period_s=self.settings.oom_clean_period_s,
-                                  metrics=self.metrics, labels=lambda: self._labels)
-        self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
-        self._stats = VersionStatsRecorder(self._redis, self.settings.model)
-        self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer, metrics=self.metrics.cache,
-                                  load_encoder=encoder_loader(self.settings), task=self.backend.manifest.task)
-        await self.caches.start()
-        self._exit.push_async_callback(self.caches.stop)
-        self.pointers = PointerWatcher(self._redis, self.settings.model, self.models, poll_s=self.settings.pointer_poll_s)
-        await self.pointers.sync_once()
-        self._exit.push_async_callback(_cancelled, asyncio.create_task(self.pointers.run()))
-        self.tracer = DebugTracer(self._redis, self._producer, self.settings.model,
-                                  Redactor.with_defaults(self.settings.redact_patterns))
+        who = WorkerIdentity(self.worker_id, labels=lambda: self._labels,
+                             backlog=lambda: sum(self._collector_backlog().values()))
+        self._parts = await assemble(self.settings, who, models=models, redis=self._redis, producer=self._producer,
+                                     probe=self.faults.wrap_probe(lambda: inner.infer(["health probe"])),
+                                     metrics=self.metrics, exit_stack=self._exit)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
                                                    device=self.backend.device, worker=self.worker_id)
         self._exit.callback(self._health.set, 0)
-        self.supervisor = Supervisor(self.settings, self._redis, self.worker_id, self.backend.device,
-                                     lambda: self.backend.manifest.id,
-                                     probe=faults.wrap_probe(lambda: inner.infer(["health probe"])),
-                                     backlog=lambda: sum(self._collector_backlog().values()))
         self.supervisor.health.add_listener(self._export_health)
         self._export_health(self.supervisor.health.state, self.supervisor.health.state, "start")
         await self._join()
-        log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, self.backend.manifest.id, self.backend.device)
+        log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, self.backend.manifest.id,
+                 self.backend.device)
 
-    async def _start_unavailable(self) -> None:
+    async def _start_unavailable(self, reason: str) -> None:
         """Heartbeat `failed` with the reason, so operators and the gateway see it; take no records."""
-        self._redis = self._redis or Redis.from_url(self.settings.redis_url)
-        self._exit.push_async_callback(self._redis.aclose)
-        self._exit.push_async_callback(await beat_failed(self._redis, self.settings, self.worker_id,
-                                                         self._unavailable or ""))
-        log.error("worker %s failed at start: %s", self.worker_id, self._unavailable)
+        self._unavailable = reason
+        if self._redis is None:
+            self._redis = redis_client(self.settings)
+            self._exit.push_async_callback(self._redis.aclose)
+        self._exit.push_async_callback(await beat_failed(self._redis, self.settings, self.worker_id, reason))
+        log.error("worker %s failed at start: %s", self.worker_id, reason)
 
     async def _join(self) -> None:
         """Become a member of the consumer group and start taking records."""
-        self._consumer = AIOKafkaConsumer(
-            self.topic, bootstrap_servers=self.settings.kafka_bootstrap, group_id=self.group,
-            client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset="earliest",
+        self._consumer = group_consumer(
+            self.settings, self.topic, group=self.group, client_id=self.worker_id,
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
-            # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
-            metadata_max_age_ms=30_000,
             session_timeout_ms=self.settings.session_timeout_ms,
-            heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
             # Static membership: a restarted worker gets its partitions back without a rebalance.
-            group_instance_id=self.worker_id if self.settings.static_membership else None,
-        )
+            group_instance_id=self.worker_id if self.settings.static_membership else None)
         await self._consumer.start()
-        self._collector = BatchCollector(self._consumer, self._policy, stopping=self._leaving,
+        self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
                                          model_free=self._model_free)
-
-    async def _leave(self) -> None:
-        """Leave the group after everything taken is delivered and committed, so partitions move cleanly."""
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            await consumer.stop()
-
-    async def stop(self) -> None:
-        await self._leave()
-        await self._exit.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    def assignment(self) -> frozenset[TopicPartition]:
-        """Partitions this worker owns right now (empty before it joins its group)."""
-        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
-
-    def request_stop(self) -> None:
-        """Finish the batches in hand, deliver, commit, then return from `run()`."""
-        self._stop_requested.set()
 
     async def run(self, *, burst: bool = False) -> int:
         """Serve until asked to stop; with burst=True, return once the backlog is drained.
@@ -281,11 +242,6 @@ class Worker:
             self._health.set(0)
         return collecting.result()
 
-    def _require_consumer(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
-            raise RuntimeError("worker not started")
-        return self._consumer
-
     async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[Prepared | None]",
                              burst: bool) -> bool:
         drained = False
@@ -334,7 +290,7 @@ class Worker:
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
             started = time.perf_counter()
-            await self._sink.deliver(batch.outcomes, batch.dead_letters)
+            await self.parts.sink.deliver(batch.outcomes, batch.dead_letters)
             await self.caches.remember(batch)
             elapsed = time.perf_counter() - started
             self.metrics.delivery.labels(**self._labels).observe(elapsed)
@@ -344,7 +300,7 @@ class Worker:
             await self.tracer.record(batch.outcomes)
             await self._commit(batch.records)
             self._count(batch)
-            await record_versions(self._stats, batch.outcomes)
+            await record_versions(self.parts.stats, batch.outcomes)
 
     async def _hand_over(self, batch: Computed) -> None:
         """The device failed before computing these: a primary forwards them to the CPU fallback
@@ -355,11 +311,11 @@ class Worker:
             who = self._who_for(self.backend)
             outcomes = [Outcome(item.request, who.error(item.request.id, "device_failed", reason))
                         for item in batch.unanswered]
-            await self._sink.deliver(outcomes, [])
+            await self.parts.sink.deliver(outcomes, [])
             batch.outcomes += outcomes
             return
         originals = [(item.record.key, item.record.value or b"") for item in batch.unanswered]
-        await self._sink.forward(fallback_topic(self.settings.model), originals)
+        await self.parts.sink.forward(fallback_topic(self.settings.model), originals)
         self.metrics.forwarded.labels(**self._labels).inc(len(originals))
 
     async def _commit(self, records: list[ConsumerRecord]) -> None:
@@ -387,10 +343,6 @@ class Worker:
                                                        device=backend.device, worker=self.worker_id,
                                                        served_status=served)
         return self._who_by_version[version]
-
-    def _loaded(self, backend: Backend, seconds: float) -> None:
-        self.metrics.model_load.labels(model=self.settings.model, version=backend.manifest.id,
-                                       device=backend.device).set(seconds)
 
     def _count(self, batch: Computed) -> None:
         self.processed += len(batch.records)

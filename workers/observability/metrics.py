@@ -18,6 +18,7 @@ from schemas.wire import now_ms
 from workers.cache.metrics import CacheMetrics
 
 if TYPE_CHECKING:
+    from models.backends.base import Backend
     from workers.compute.compute import Computed
 
 PREFIX = "fleet"
@@ -78,6 +79,10 @@ class WorkerMetrics:
         self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
 
+
+    def observe_load(self, model: str, backend: "Backend", seconds: float) -> None:
+        self.model_load.labels(model=model, version=backend.manifest.id,
+                               device=backend.device).set(seconds)
 
     def observe_backlog(self, model: str, role: str, owned: Mapping[TopicPartition, int],
                         reported_before: Set[TopicPartition]) -> None:

@@ -12,19 +12,17 @@ traffic arriving meanwhile is not chased.
 from __future__ import annotations
 
 import re
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
+from common.clients import kafka_options
 from common.topics import partitions_of
-from schemas.names import requests_topic
 from schemas.wire import now_ms
-from workers.shadow.worker import shadow_clients
-from workers.shadow.engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings
+from workers.shadow.member import ShadowMember
+from workers.shadow.engine import BackendLoader, ShadowMetrics, ShadowSettings
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -87,46 +85,21 @@ def clamp_ranges(begins: dict[TopicPartition, int], ends: dict[TopicPartition, i
     return ranges
 
 
-class ShadowReplay:
+class ShadowReplay(ShadowMember):
+    what = "replay"
+
     def __init__(self, settings: ShadowSettings, window: ReplayWindow, *, redis: Redis | None = None,
                  producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
                  metrics: ShadowMetrics | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings, redis=redis, producer=producer, backends=backends, metrics=metrics)
         self.window = window
-        self.topic = requests_topic(settings.model)
-        self.metrics = metrics if metrics is not None else ShadowMetrics()
-        self.backends = BackendCache(settings, backends)
-        self._redis = redis
-        self._producer = producer
-        self._engine: ShadowEngine | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        self._exit = AsyncExitStack()
 
-    @property
-    def engine(self) -> ShadowEngine:
-        if self._engine is None:
-            raise RuntimeError("replay not started")
-        return self._engine
-
-    async def start(self) -> None:
-        if self._engine is not None:
-            return
-        redis, producer = await shadow_clients(self.settings, self._exit, self._redis, self._producer)
-        self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False,
-                                          group_id=None, max_poll_records=self.settings.max_batch_size)
+    async def _open(self) -> None:
+        await self._open_engine()
+        # Group-less: manual assignment and no commits, so no consumer group's position moves.
+        self._consumer = AIOKafkaConsumer(**kafka_options(self.settings), enable_auto_commit=False, group_id=None,
+                                          max_poll_records=self.settings.max_batch_size)
         await self._consumer.start()
-        self._exit.push_async_callback(self._consumer.stop)
-
-    async def stop(self) -> None:
-        await self._exit.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
     async def ranges(self) -> dict[TopicPartition, tuple[int, int]]:
         """Per partition, the [first, end) offsets the window covers, as of now."""
@@ -173,8 +146,3 @@ class ShadowReplay:
             # Positions, not record offsets: transaction markers take offsets no record has.
             remaining = {tp: end for tp, end in remaining.items() if await consumer.position(tp) < end}
         return read
-
-    def _require_consumer(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
-            raise RuntimeError("replay not started")
-        return self._consumer

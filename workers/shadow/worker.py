@@ -24,102 +24,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import time
-from collections.abc import Awaitable
-from contextlib import AsyncExitStack
-from typing import Self
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from prometheus_client import start_http_server
 from redis.asyncio import Redis
 
-from schemas.names import comparisons_topic, consumer_group, requests_topic
-from common.clients import open_clients
+from schemas.names import consumer_group
 from workers.delivery.offsets import backlog_drained, commit_records
-from workers.shadow.engine import (BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings,
-                                   yield_cpu_to_live_workers)
+from workers.membership import group_consumer
+from workers.shadow.member import ShadowMember
+from workers.shadow.engine import BackendLoader, ShadowMetrics, ShadowSettings, yield_cpu_to_live_workers
 
-__all__ = ["ShadowSettings", "ShadowWorker", "serve_shadow", "shadow_clients"]
+__all__ = ["ShadowSettings", "ShadowWorker", "serve_shadow"]
 
 log = logging.getLogger(__name__)
 POLL_MS = 200
 
 
-def shadow_clients(settings: ShadowSettings, exit_stack: AsyncExitStack, redis: Redis | None,
-                   producer: AIOKafkaProducer | None) -> Awaitable[tuple[Redis, AIOKafkaProducer]]:
-    """The clients of a shadow (worker or replay): its topics are the requests and the comparisons."""
-    return open_clients(settings, exit_stack, redis, producer, partitions=settings.partitions, linger_ms=5,
-                        topics=[requests_topic(settings.model), comparisons_topic(settings.model)])
+class ShadowWorker(ShadowMember):
+    what = "shadow worker"
 
-
-class ShadowWorker:
     def __init__(self, settings: ShadowSettings, *, redis: Redis | None = None,
                  producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
                  metrics: ShadowMetrics | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings, redis=redis, producer=producer, backends=backends, metrics=metrics)
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-shadow"
-        self.topic = requests_topic(settings.model)
         self.group = settings.shadow_group or consumer_group(settings.model, "shadow")
-        self.metrics = metrics if metrics is not None else ShadowMetrics()
-        self.backends = BackendCache(settings, backends)
-        self._redis = redis
-        self._producer = producer
-        self._consumer: AIOKafkaConsumer | None = None
-        self._engine: ShadowEngine | None = None
-        self._exit = AsyncExitStack()
-        self._stop_requested = asyncio.Event()
-        self._started = False
 
-    @property
-    def engine(self) -> ShadowEngine:
-        if self._engine is None:
-            raise RuntimeError("shadow worker not started")
-        return self._engine
-
-    async def start(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        redis, producer = await shadow_clients(self.settings, self._exit, self._redis, self._producer)
-        self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
-        await self._engine.refresh_versions(force=True)
+    async def _open(self) -> None:
+        await (await self._open_engine()).refresh_versions(force=True)
         if self._engine.candidate is not None:
             try:  # load before joining, so no batch waits for it; a failure is counted per batch instead
                 await self.backends.get(self._engine.candidate)
             except Exception:
                 log.exception("shadow could not load candidate %s", self._engine.candidate)
-        self._consumer = AIOKafkaConsumer(
-            self.topic, bootstrap_servers=self.settings.kafka_bootstrap, group_id=self.group,
-            client_id=self.worker_id, enable_auto_commit=False, auto_offset_reset=self.settings.shadow_start,
-            max_poll_records=self.settings.max_batch_size, metadata_max_age_ms=30_000,
-            session_timeout_ms=self.settings.session_timeout_ms,
-            heartbeat_interval_ms=max(self.settings.session_timeout_ms // 3, 100),
-        )
+        self._consumer = group_consumer(self.settings, self.topic, group=self.group, client_id=self.worker_id,
+                                        max_poll_records=self.settings.max_batch_size,
+                                        session_timeout_ms=self.settings.session_timeout_ms,
+                                        auto_offset_reset=self.settings.shadow_start)
         await self._consumer.start()
         log.info("shadow %s on %s (group %s): candidate %s vs stable %s", self.worker_id, self.topic, self.group,
                  self._engine.candidate or "none yet", self._engine.stable)
-
-    async def stop(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            await consumer.stop()
-        await self._exit.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    def request_stop(self) -> None:
-        """Finish the batch in hand, commit it, then return from `run()`."""
-        self._stop_requested.set()
-
-    def assignment(self) -> frozenset[TopicPartition]:
-        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
 
     async def run(self, burst: bool = False) -> int:
         """Compare until asked to stop (or, in burst mode, until the backlog is drained); returns records read."""
@@ -145,20 +92,13 @@ class ShadowWorker:
         if wait_s > 0:
             await asyncio.sleep(wait_s)
 
-    def _require_consumer(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
-            raise RuntimeError("shadow worker not started")
-        return self._consumer
-
 
 async def serve_shadow(settings: ShadowSettings, *, burst: bool = False) -> int:
     """Run one shadow process until SIGTERM (or, in burst mode, a drained backlog): the entry
     point behind `FLEET_ROLE=shadow fleet-worker` and `fleet shadow run`. Returns records read."""
     yield_cpu_to_live_workers(settings)
     async with ShadowWorker(settings) as worker:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_stop)
+        worker.stop_on_signals()
         if settings.metrics_port is not None:
             start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
         engine = worker.engine

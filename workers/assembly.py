@@ -1,0 +1,89 @@
+"""Wiring a started worker's parts: everything between a loaded model and joining the group.
+
+The worker keeps its life cycle and its three stages (workers/worker.py); what those stages
+use is built here from the settings and the injected clients, in the order they depend on
+each other, and whatever runs in the background is registered on the worker's exit stack.
+"""
+
+import asyncio
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
+from models.backends.base import Backend
+from versions.stats import VersionStatsRecorder
+from workers.batching.policy import BatchPolicy
+from workers.batching.sizing import BatchSizing
+from workers.cache.batch import BatchCaches
+from workers.delivery.sink import ResultSink
+from workers.health.faults import FaultInjector
+from workers.health.supervisor import Supervisor
+from workers.observability.metrics import WorkerMetrics
+from workers.observability.redaction import Redactor
+from workers.observability.tracing import DebugTracer
+from workers.serving.loading import encoder_loader, resident_size, version_loader
+from workers.serving.model_set import ModelSet
+from workers.serving.pointer_watch import PointerWatcher
+from workers.settings import WorkerSettings
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """Who the worker is, and the live figures its parts report."""
+
+    worker_id: str
+    labels: Callable[[], dict[str, str]]  # model, stable version, role, device: they change on a hot swap
+    backlog: Callable[[], int]
+
+
+@dataclass
+class WorkerParts:
+    models: ModelSet
+    policy: BatchPolicy
+    sizing: BatchSizing
+    sink: ResultSink
+    stats: VersionStatsRecorder
+    caches: BatchCaches
+    pointers: PointerWatcher
+    tracer: DebugTracer
+    supervisor: Supervisor
+
+
+async def _cancelled(task: "asyncio.Task[None]") -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def serving_set(settings: WorkerSettings, first: Backend, faults: FaultInjector,
+                load_version: Callable[[str], Backend] | None, metrics: WorkerMetrics) -> ModelSet:
+    """The resident versions, starting with `first`; further versions load like it (hot swaps)."""
+    return ModelSet(first, load_version or version_loader(settings, faults),
+                    budget_bytes=int(settings.model_memory_budget_mb * 2**20), size_of=resident_size(settings),
+                    on_load=lambda backend, seconds: metrics.observe_load(settings.model, backend, seconds))
+
+
+async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: ModelSet, probe: Callable[[], None],
+                   redis: Redis, producer: AIOKafkaProducer, metrics: WorkerMetrics,
+                   exit_stack: AsyncExitStack) -> WorkerParts:
+    stable = models.serving.stable
+    policy = BatchPolicy(settings.max_batch_size, settings.max_queue_delay_ms, settings.batch_policy,
+                         settings.preferred_batch_sizes)
+    caches = BatchCaches(settings, redis=redis, producer=producer, metrics=metrics.cache,
+                         load_encoder=encoder_loader(settings), task=stable.manifest.task)
+    await caches.start()
+    exit_stack.push_async_callback(caches.stop)
+    pointers = PointerWatcher(redis, settings.model, models, poll_s=settings.pointer_poll_s)
+    await pointers.sync_once()
+    exit_stack.push_async_callback(_cancelled, asyncio.create_task(pointers.run()))
+    supervisor = Supervisor(settings, redis, who.worker_id, stable.device, lambda: models.serving.stable.manifest.id,
+                            probe=probe, backlog=who.backlog)
+    return WorkerParts(
+        models=models, policy=policy, caches=caches, pointers=pointers, supervisor=supervisor,
+        sizing=BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels),
+        sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s,
+                        reply_stream_maxlen=settings.reply_stream_maxlen),
+        stats=VersionStatsRecorder(redis, settings.model),
+        tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns)))

@@ -1,0 +1,88 @@
+"""The life cycle every Kafka reader of a worker process shares (live worker, shadow, replay).
+
+Like aiokafka's own clients: `start()`, an idempotent `stop()`, `async with`; `request_stop()`
+asks `run()` to finish what it holds and return. Subclasses open their clients in `_open()`
+and register whatever must be closed on `self._exit`; the consumer, when there is one, is left
+before anything else closes, so partitions move while the producer can still deliver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from contextlib import AsyncExitStack
+from typing import Self
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from common.clients import kafka_options
+from common.settings import FleetSettings
+
+# Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
+METADATA_MAX_AGE_MS = 30_000
+
+
+def group_consumer(settings: FleetSettings, topic: str, *, group: str, client_id: str, max_poll_records: int,
+                   session_timeout_ms: int, auto_offset_reset: str = "earliest",
+                   group_instance_id: str | None = None, fetch_max_wait_ms: int = 500) -> AIOKafkaConsumer:
+    """A consumer-group member that commits by hand, after delivery."""
+    return AIOKafkaConsumer(
+        topic, **kafka_options(settings), group_id=group, client_id=client_id, enable_auto_commit=False,
+        auto_offset_reset=auto_offset_reset, max_poll_records=max_poll_records, fetch_max_wait_ms=fetch_max_wait_ms,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS, session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=max(session_timeout_ms // 3, 100), group_instance_id=group_instance_id)
+
+
+class KafkaMember:
+    what = "kafka member"  # names the subclass in "not started" errors
+
+    def __init__(self) -> None:
+        self._exit = AsyncExitStack()
+        self._stop_requested = asyncio.Event()
+        self._started = False
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def _open(self) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self._open()
+
+    async def _leave(self) -> None:
+        """Stop consuming (leave the group) before the other clients close."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+
+    async def stop(self) -> None:
+        await self._leave()
+        await self._exit.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def request_stop(self) -> None:
+        """Finish what is in hand, deliver or publish it, commit, then return from `run()`."""
+        self._stop_requested.set()
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """Partitions this member owns right now (empty before it joins)."""
+        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
+
+    def stop_on_signals(self) -> None:
+        """SIGTERM and SIGINT ask `run()` to finish and return (the process's entry points)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    def _require_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError(f"{self.what} not started")
+        return self._consumer
