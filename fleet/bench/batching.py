@@ -39,8 +39,8 @@ from fleet.bench.fleet_process import CpuCounters, CpuSplit, GroupWatch, WorkerP
 from fleet.bench.load import TextCycle, closed_loop, open_loop
 from fleet.bench.raw import LengthAwareComparison, RawThroughput, compare_length_aware, length_aware_available, \
     raw_throughput
-from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, format_table, format_targets, \
-    write_json
+from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, format_targets, \
+    results_table, write_json
 from fleet.bench.stats import percentile, poisson_arrivals
 from fleet.bench.workload import format_histogram, length_histogram, support_queries, word_count
 from gateway.client import FleetClient
@@ -306,7 +306,7 @@ async def run(args: argparse.Namespace) -> int:
                 rows.append(await bench.row(client, watch, config, precision, raw))
     checks = check_targets(rows)
     print()
-    print(format_table(rows))
+    print(results_table(rows))
     for row in rows:
         for note in row.notes:
             print(f"  * {row.config} {row.precision}: {note}")

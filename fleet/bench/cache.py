@@ -35,12 +35,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
 from fleet.bench.batching import Progress
-from fleet.bench.cache_workload import (TierShares, Workload, base_texts, cache_workload, failed, format_rows,
-                                        format_verdicts, query_set, tier_shares, verdicts)
+from fleet.bench.cache_workload import (TierShares, Workload, base_texts, cache_workload, failed, format_verdicts,
+                                        query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
 from fleet.bench.stats import LatencySummary
 from common.settings import FleetSettings
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
+from fleet.tables import format_table
 from common.topics import ensure_topics, partitions_of
 from gateway.waiter import ReplyWaiter
 from schemas.names import reply_stream, requests_topic
@@ -283,8 +284,8 @@ def cache_table(runs: Sequence[dict[str, Any]]) -> str:
                 f"{run['latency']['p99_ms']:,.0f}", *(f"{shares.share(x):.1%}" for x in (
                     shares.exact_local, shares.exact_redis, shares.semantic, shares.in_batch)),
                 f"{shares.combined:.1%}", f"{shares.share(shares.model):.1%}"]
-    return format_rows(("caches", "req/s", "p50 ms", "p99 ms", "exact local", "exact redis", "semantic", "in-batch",
-                        "combined", "model"), [cells(run) for run in runs])
+    return format_table(("caches", "req/s", "p50 ms", "p99 ms", "exact local", "exact redis", "semantic", "in-batch",
+                         "combined", "model"), [cells(run) for run in runs])
 
 
 async def check_stack(settings: FleetSettings) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
+from fleet.tables import format_table
+
 ROOT = Path(__file__).parents[2]
 FAQ_FILE = ROOT / "models" / "build" / "data" / "faq-intents-v1.json"
 PAIRS_FILE = ROOT / "workers" / "cache" / "data" / "semantic_pairs.json"
@@ -220,17 +222,7 @@ def failed(checks: Iterable[Verdict]) -> list[Verdict]:
     return [check for check in checks if check.met is not True]
 
 
-def format_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain text table: first column left-aligned, the rest right-aligned, a rule under the header."""
-    cells = [list(headers)] + [list(row) for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-             for line in cells]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
-
-
 def format_verdicts(checks: Sequence[Verdict]) -> str:
     marks = {True: "met", False: "NOT met", None: "-"}
-    return format_rows(("scenario", "figure", "target", "verdict"),
-                       [(c.scenario, c.figure, c.target, marks[c.met]) for c in checks])
+    return format_table(("scenario", "figure", "target", "verdict"),
+                        [(c.scenario, c.figure, c.target, marks[c.met]) for c in checks])
