@@ -34,11 +34,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
+from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
 from fleet.bench.cache_workload import (TierShares, Workload, base_texts, cache_workload, failed, format_verdicts,
                                         query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
 from fleet.bench.stats import LatencySummary
+from fleet.exits import Exit
 from common.settings import FleetSettings
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
 from fleet.tables import format_table
@@ -369,12 +371,11 @@ async def run(args: argparse.Namespace) -> int:
     print(f"\n{progress.elapsed_s:.0f} s; JSON: {path}")
     for check in missed:
         print(f"target NOT met: {check.scenario}: {check.figure} (target {check.target})")
-    return 1 if missed else 0
+    return Exit.FAILED if missed else Exit.OK
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fleet bench-cache", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("bench-cache", __doc__)
     parser.add_argument("--quick", action="store_true", help="CI-sized run (under a minute)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"), help="faq-intent version to serve")

@@ -157,7 +157,7 @@ async def bench_one(args: argparse.Namespace) -> int:
         if redis is not None:
             await redis.aclose()
     print(RESULT_MARK + json.dumps(asdict(run)), flush=True)
-    return 0
+    return Exit.OK
 
 
 def run_child(args: argparse.Namespace, workload: str) -> Run:

@@ -9,7 +9,6 @@ reach >= 30% paraphrase hits with <= 2% near-miss hits (issue 4). Exit status 0 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from fleet.arguments import command_parser
 from fleet.exits import Exit
 from fleet.tables import format_table
 from workers.cache.guards import meaning_conflict
@@ -114,7 +114,7 @@ def table(rows: list[Row], marks: dict[int, str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fleet cache-eval", description=(__doc__ or "").splitlines()[0])
+    parser = command_parser("cache-eval", __doc__)
     parser.add_argument("--pairs", type=Path, default=PAIRS_PATH, help="pairs file (JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)

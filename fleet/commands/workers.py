@@ -10,7 +10,6 @@ from the table has stopped beating (dead, or stopped cleanly).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 def _on_one_worker(command: str, description: str, argv: list[str] | None,
                    switch: Callable[[Redis, str], Awaitable[str]]) -> int:
     """`fleet <command> <worker>`: runs `switch` against Redis and prints what it says happened."""
-    parser = argparse.ArgumentParser(prog=f"fleet {command}", description=description)
+    parser = command_parser(command, description)
     parser.add_argument("worker", help="worker id, as `fleet workers` shows it")
     worker = parser.parse_args(argv).worker
 
