@@ -1,5 +1,7 @@
-"""A command whose Kafka or Redis does not answer ends with one line saying so, not a traceback."""
+"""A command whose Kafka or Redis does not answer ends with one line saying so, not a traceback;
+so do Ctrl-C and a closed pipe."""
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -25,6 +27,11 @@ def run_command(name: str, entry: Callable[[], object]) -> int:
     except KeyboardInterrupt:
         print(f"fleet {name}: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`fleet lag | head`): nothing is wrong. Python flushes stdout once
+        # more at exit, so it must point somewhere that cannot break again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
     except KAFKA_UNREACHABLE as exc:
         print(f"fleet {name}: {unreachable('Kafka', FleetSettings().kafka_bootstrap, exc)}", file=sys.stderr)
         return Exit.UNAVAILABLE
