@@ -36,14 +36,13 @@ from redis.asyncio import Redis
 
 from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
-from fleet.bench.cache_workload import (TierShares, Workload, base_texts, cache_workload, failed, format_verdicts,
+from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
                                         query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
 from fleet.bench.stats import LatencySummary
 from fleet.exits import Exit
 from common.settings import FleetSettings
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
-from fleet.tables import format_table
 from common.topics import ensure_topics, partitions_of
 from gateway.waiter import ReplyWaiter
 from schemas.names import reply_stream, requests_topic
@@ -277,17 +276,6 @@ async def cache_run(bench: Bench, workload: Workload, caches: str) -> dict[str, 
 def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median throughput: machine noise hits interleaved rounds alike."""
     return sorted(runs, key=lambda run: run["requests_per_s"])[len(runs) // 2]
-
-
-def cache_table(runs: Sequence[dict[str, Any]]) -> str:
-    def cells(run: dict[str, Any]) -> list[str]:
-        shares: TierShares = run["shares"]
-        return [run["caches"], f"{run['requests_per_s']:,.0f}", f"{run['latency']['p50_ms']:,.0f}",
-                f"{run['latency']['p99_ms']:,.0f}", *(f"{shares.share(x):.1%}" for x in (
-                    shares.exact_local, shares.exact_redis, shares.semantic, shares.in_batch)),
-                f"{shares.combined:.1%}", f"{shares.share(shares.model):.1%}"]
-    return format_table(("caches", "req/s", "p50 ms", "p99 ms", "exact local", "exact redis", "semantic", "in-batch",
-                         "combined", "model"), [cells(run) for run in runs])
 
 
 async def check_stack(settings: FleetSettings) -> None:

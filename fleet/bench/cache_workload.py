@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 from fleet.tables import format_table
 
@@ -220,6 +221,18 @@ def verdicts(*, exact_per_s: float, hit_p99_ms: float, bare_p99_ms: float, speed
 def failed(checks: Iterable[Verdict]) -> list[Verdict]:
     """Targets missed or not measured (a missing figure is a failure, not a pass)."""
     return [check for check in checks if check.met is not True]
+
+
+def cache_table(runs: Sequence[dict[str, Any]]) -> str:
+    """One row per cache configuration of the scenario: throughput, latency, who answered (shares)."""
+    def cells(run: dict[str, Any]) -> list[str]:
+        shares: TierShares = run["shares"]
+        return [run["caches"], f"{run['requests_per_s']:,.0f}", f"{run['latency']['p50_ms']:,.0f}",
+                f"{run['latency']['p99_ms']:,.0f}", *(f"{shares.share(x):.1%}" for x in (
+                    shares.exact_local, shares.exact_redis, shares.semantic, shares.in_batch)),
+                f"{shares.combined:.1%}", f"{shares.share(shares.model):.1%}"]
+    return format_table(("caches", "req/s", "p50 ms", "p99 ms", "exact local", "exact redis", "semantic", "in-batch",
+                         "combined", "model"), [cells(run) for run in runs])
 
 
 def format_verdicts(checks: Sequence[Verdict]) -> str:
