@@ -16,9 +16,12 @@ import argparse
 import asyncio
 import importlib
 import sys
+from collections.abc import Callable
 
 from common.settings import FleetSettings
 from common.topics import ensure_topics
+from fleet.exits import Exit
+from fleet.unreachable import run_command
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
 
 DELEGATES = {
@@ -44,32 +47,45 @@ DELEGATES = {
 }
 
 
-def create_topics(models: list[str], partitions: int) -> None:
+def create_topics(models: list[str], partitions: int) -> int:
     settings = FleetSettings()
     names = [DLQ_TOPIC, DEFAULT_RESULTS_TOPIC]
     for model in models:
         names += [requests_topic(model), fallback_topic(model)]
     asyncio.run(ensure_topics(settings.kafka_bootstrap, names, partitions))
     print("topics ready: " + ", ".join(names))
+    return Exit.OK
+
+
+def parser() -> argparse.ArgumentParser:
+    """`fleet`'s own parser: it picks the command; each delegate parses (and helps with) the rest."""
+    fleet = argparse.ArgumentParser(prog="fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = fleet.add_subparsers(dest="command", required=True)
+    for name, (_, summary) in DELEGATES.items():
+        # argparse %-formats help texts; a summary is plain prose, so its % signs are literal.
+        commands.add_parser(name, help=summary.replace("%", "%%"), add_help=False)
+    topics = commands.add_parser("topics", help="create the fleet's topics")
+    topics.add_argument("models", nargs="*", default=["minilm-embed"])
+    topics.add_argument("--partitions", type=int, default=4)
+    return fleet
+
+
+def delegate(command: str) -> Callable[[list[str]], object]:
+    """The entry point (`main` unless DELEGATES names another) of the module that owns `command`."""
+    module, _, function = DELEGATES[command][0].partition(":")
+    entry: Callable[[list[str]], object] = getattr(importlib.import_module(module), function or "main")
+    return entry
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name, (_, summary) in DELEGATES.items():
-        commands.add_parser(name, help=summary, add_help=False)
-    topics = commands.add_parser("topics", help="create the fleet's topics")
-    topics.add_argument("models", nargs="*", default=["minilm-embed"])
-    topics.add_argument("--partitions", type=int, default=4)
-    args, rest = parser.parse_known_args(argv)
+    fleet = parser()
+    args, rest = fleet.parse_known_args(argv)
     if args.command in DELEGATES:
-        target, _, function = DELEGATES[args.command][0].partition(":")
-        result = getattr(importlib.import_module(target), function or "main")(rest)
-        raise SystemExit(result if isinstance(result, int) else 0)
+        raise SystemExit(run_command(args.command, lambda: delegate(args.command)(rest)))
     if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    create_topics(args.models, args.partitions)
+        fleet.error(f"unrecognized arguments: {' '.join(rest)}")
+    raise SystemExit(run_command(args.command, lambda: create_topics(args.models, args.partitions)))
 
 
 if __name__ == "__main__":

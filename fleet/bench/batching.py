@@ -35,14 +35,16 @@ from typing import Any
 import onnxruntime
 from tokenizers import Tokenizer
 
+from fleet.arguments import command_parser
 from fleet.bench.fleet_process import CpuCounters, CpuSplit, GroupWatch, WorkerProcess, bench_alias, cpu_counters
 from fleet.bench.load import TextCycle, closed_loop, open_loop
 from fleet.bench.raw import LengthAwareComparison, RawThroughput, compare_length_aware, length_aware_available, \
     raw_throughput
-from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, format_table, format_targets, \
-    write_json
+from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, format_targets, \
+    results_table, write_json
 from fleet.bench.stats import percentile, poisson_arrivals
 from fleet.bench.workload import format_histogram, length_histogram, support_queries, word_count
+from fleet.exits import Exit
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from schemas.names import consumer_group, requests_topic
@@ -306,7 +308,7 @@ async def run(args: argparse.Namespace) -> int:
                 rows.append(await bench.row(client, watch, config, precision, raw))
     checks = check_targets(rows)
     print()
-    print(format_table(rows))
+    print(results_table(rows))
     for row in rows:
         for note in row.notes:
             print(f"  * {row.config} {row.precision}: {note}")
@@ -323,12 +325,11 @@ async def run(args: argparse.Namespace) -> int:
     write_json(json_path, meta=meta, workload=workload, rows=rows, checks=checks, length_aware=length_aware)
     print(f"\n{len(rows)} rows in {progress.elapsed_s:.0f} s; JSON: {json_path}")
     failed = sum(sum(row.saturation.errors.values()) + sum(row.half_load.errors.values()) for row in rows)
-    return 1 if failed or any(math.isnan(row.saturation.requests_per_s) for row in rows) else 0
+    return Exit.FAILED if failed or any(math.isnan(row.saturation.requests_per_s) for row in rows) else Exit.OK
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fleet bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("bench", __doc__)
     parser.add_argument("--quick", action="store_true", help="short phases, fp32 only (under 2 minutes)")
     parser.add_argument("--precision", help="comma-separated: fp32,int8 (default both; fp32 with --quick)")
     parser.add_argument("--threads", type=int, default=0, help="FLEET_INTRA_OP_THREADS; 0 lets ONNX Runtime decide")

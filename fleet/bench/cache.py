@@ -34,11 +34,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
+from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
-from fleet.bench.cache_workload import (TierShares, Workload, base_texts, cache_workload, failed, format_rows,
-                                        format_verdicts, query_set, tier_shares, verdicts)
+from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
+                                        query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
 from fleet.bench.stats import LatencySummary
+from fleet.exits import Exit
 from common.settings import FleetSettings
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
 from common.topics import ensure_topics, partitions_of
@@ -276,17 +278,6 @@ def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return sorted(runs, key=lambda run: run["requests_per_s"])[len(runs) // 2]
 
 
-def cache_table(runs: Sequence[dict[str, Any]]) -> str:
-    def cells(run: dict[str, Any]) -> list[str]:
-        shares: TierShares = run["shares"]
-        return [run["caches"], f"{run['requests_per_s']:,.0f}", f"{run['latency']['p50_ms']:,.0f}",
-                f"{run['latency']['p99_ms']:,.0f}", *(f"{shares.share(x):.1%}" for x in (
-                    shares.exact_local, shares.exact_redis, shares.semantic, shares.in_batch)),
-                f"{shares.combined:.1%}", f"{shares.share(shares.model):.1%}"]
-    return format_rows(("caches", "req/s", "p50 ms", "p99 ms", "exact local", "exact redis", "semantic", "in-batch",
-                        "combined", "model"), [cells(run) for run in runs])
-
-
 async def check_stack(settings: FleetSettings) -> None:
     try:
         await wait_for_kafka(settings.kafka_bootstrap, STACK_TIMEOUT_S)
@@ -368,12 +359,11 @@ async def run(args: argparse.Namespace) -> int:
     print(f"\n{progress.elapsed_s:.0f} s; JSON: {path}")
     for check in missed:
         print(f"target NOT met: {check.scenario}: {check.figure} (target {check.target})")
-    return 1 if missed else 0
+    return Exit.FAILED if missed else Exit.OK
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fleet bench-cache", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("bench-cache", __doc__)
     parser.add_argument("--quick", action="store_true", help="CI-sized run (under a minute)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"), help="faq-intent version to serve")

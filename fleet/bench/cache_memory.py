@@ -31,6 +31,9 @@ from dataclasses import asdict, dataclass
 from redis.asyncio import Redis
 
 from common.settings import FleetSettings
+from fleet.arguments import command_parser
+from fleet.exits import Exit
+from fleet.tables import format_table
 from workers.cache.exact import ExactCache, LocalLRU, pack_outputs
 from workers.cache.keys import input_digest
 
@@ -128,15 +131,12 @@ async def cache_throughput(bound: int, n: int = 150_000) -> float:
 
 
 def table(runs: list[Run]) -> str:
-    header = (f"{'workload':<12} {'inputs':>10} {'bound MiB':>10} {'RSS end MiB':>12} {'RSS peak MiB':>13} "
-              f"{'peak/bound':>11} {'entries':>9} {'evictions':>10} {'inputs/s':>9}  verdict")
-    lines = [header, "-" * len(header)]
-    for r in runs:
-        verdict = "PASS" if r.ratio <= TARGET_RATIO else "FAIL"
-        lines.append(f"{r.name:<12} {r.count:>10,} {r.bound / MiB:>10.1f} {r.rss_growth / MiB:>12.1f} "
-                     f"{r.peak_growth / MiB:>13.1f} {r.ratio:>11.3f} {r.entries:>9,} {r.evictions:>10,} "
-                     f"{r.count / r.seconds:>9,.0f}  {verdict}")
-    return "\n".join(lines)
+    headers = ("workload", "inputs", "bound MiB", "RSS end MiB", "RSS peak MiB", "peak/bound", "entries",
+               "evictions", "inputs/s", "verdict")
+    return format_table(headers, [
+        (r.name, f"{r.count:,}", f"{r.bound / MiB:.1f}", f"{r.rss_growth / MiB:.1f}", f"{r.peak_growth / MiB:.1f}",
+         f"{r.ratio:.3f}", f"{r.entries:,}", f"{r.evictions:,}", f"{r.count / r.seconds:,.0f}",
+         "PASS" if r.ratio <= TARGET_RATIO else "FAIL") for r in runs])
 
 
 WORKLOADS: dict[str, Callable[[random.Random, int], bytes]] = {"label+score": label_outputs,
@@ -157,7 +157,7 @@ async def bench_one(args: argparse.Namespace) -> int:
         if redis is not None:
             await redis.aclose()
     print(RESULT_MARK + json.dumps(asdict(run)), flush=True)
-    return 0
+    return Exit.OK
 
 
 def run_child(args: argparse.Namespace, workload: str) -> Run:
@@ -189,12 +189,11 @@ async def bench(args: argparse.Namespace) -> int:
     lookups = await cache_throughput(bound)
     print(f"\nlocal tier throughput: LocalLRU put {puts:,.0f}/s, get {gets:,.0f}/s; "
           f"ExactCache.get_many (batches of {BATCH}, all local hits) {lookups:,.0f} lookups/s")
-    return 0 if all(r.ratio <= TARGET_RATIO for r in runs) else 1
+    return Exit.OK if all(r.ratio <= TARGET_RATIO for r in runs) else Exit.FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fleet bench-cache-memory", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("bench-cache-memory", __doc__)
     parser.add_argument("--count", type=int, default=1_000_000, help="distinct label+score inputs")
     parser.add_argument("--embedding-count", type=int, default=200_000, help="distinct embedding inputs (0: skip)")
     parser.add_argument("--bound-mib", type=float, default=64, help="local tier bound")

@@ -20,6 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
+
+from fleet.tables import format_table
 
 ROOT = Path(__file__).parents[2]
 FAQ_FILE = ROOT / "models" / "build" / "data" / "faq-intents-v1.json"
@@ -220,17 +223,19 @@ def failed(checks: Iterable[Verdict]) -> list[Verdict]:
     return [check for check in checks if check.met is not True]
 
 
-def format_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain text table: first column left-aligned, the rest right-aligned, a rule under the header."""
-    cells = [list(headers)] + [list(row) for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-             for line in cells]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+def cache_table(runs: Sequence[dict[str, Any]]) -> str:
+    """One row per cache configuration of the scenario: throughput, latency, who answered (shares)."""
+    def cells(run: dict[str, Any]) -> list[str]:
+        shares: TierShares = run["shares"]
+        return [run["caches"], f"{run['requests_per_s']:,.0f}", f"{run['latency']['p50_ms']:,.0f}",
+                f"{run['latency']['p99_ms']:,.0f}", *(f"{shares.share(x):.1%}" for x in (
+                    shares.exact_local, shares.exact_redis, shares.semantic, shares.in_batch)),
+                f"{shares.combined:.1%}", f"{shares.share(shares.model):.1%}"]
+    return format_table(("caches", "req/s", "p50 ms", "p99 ms", "exact local", "exact redis", "semantic", "in-batch",
+                         "combined", "model"), [cells(run) for run in runs])
 
 
 def format_verdicts(checks: Sequence[Verdict]) -> str:
     marks = {True: "met", False: "NOT met", None: "-"}
-    return format_rows(("scenario", "figure", "target", "verdict"),
-                       [(c.scenario, c.figure, c.target, marks[c.met]) for c in checks])
+    return format_table(("scenario", "figure", "target", "verdict"),
+                        [(c.scenario, c.figure, c.target, marks[c.met]) for c in checks])

@@ -44,7 +44,12 @@ class PhaseSamples:
     def completed(self) -> int:
         return len(self.latencies_ms)
 
-    def record(self, result: Result, latency_ms: float) -> None:
+    def record(self, outcome: Result | Exception, latency_ms: float) -> None:
+        """One reply, or the exception that stood in for it (a timeout, a broken connection)."""
+        if isinstance(outcome, Exception):
+            self.errors[type(outcome).__name__] += 1
+            return
+        result = outcome
         if result.status is not Status.ok:
             self.errors[result.status.value if result.error is None else result.error.code] += 1
             return
@@ -98,10 +103,7 @@ async def closed_loop(client: FleetClient, model: str, texts: TextCycle, *, call
             if not window_start <= done_at <= window_end:
                 continue
             samples.sent += 1
-            if isinstance(outcome, Exception):
-                samples.errors[type(outcome).__name__] += 1
-            else:
-                samples.record(outcome, (done_at - sent_at) * 1000)
+            samples.record(outcome, (done_at - sent_at) * 1000)
 
     await asyncio.gather(mark_edges(), *(caller() for _ in range(callers)))
     return samples
@@ -119,10 +121,7 @@ async def open_loop(client: FleetClient, model: str, texts: TextCycle, *, schedu
         outcome = await _send(client, model, text)
         done_at = time.perf_counter()
         samples.last_reply_s = max(samples.last_reply_s, done_at - started)
-        if isinstance(outcome, Exception):
-            samples.errors[type(outcome).__name__] += 1
-        else:
-            samples.record(outcome, (done_at - due_at) * 1000)
+        samples.record(outcome, (done_at - due_at) * 1000)
 
     for offset in schedule_s:
         due_at = started + offset

@@ -14,6 +14,7 @@ from fleet.bench.fleet_process import CpuSplit
 from fleet.bench.load import PhaseSamples
 from fleet.bench.raw import LengthAwareComparison, RawThroughput
 from fleet.bench.stats import LatencySummary, percentile
+from fleet.tables import format_table
 
 TARGET_EFFICIENCY = 0.85
 ADAPTIVE_THROUGHPUT_TOLERANCE = 0.10
@@ -95,32 +96,28 @@ def table_cells(row: BenchRow) -> list[str]:
             _num(row.raw.sentences_per_s), _num(row.efficiency, 2)]
 
 
-def format_table(rows: Sequence[BenchRow]) -> str:
-    cells = [list(TABLE_HEADERS)] + [table_cells(row) for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(TABLE_HEADERS))]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-             for line in cells]
-    lines.insert(1, "-" * len(lines[0]))
+def results_table(rows: Sequence[BenchRow]) -> str:
     legend = ("sat = closed loop at saturation (C callers), 50% = open loop (Poisson) at half the row's saturation "
               "rate;\nlatencies in ms end to end (client -> Kafka -> worker -> Redis), batch = mean batch size "
               "at saturation,\nraw = in-process model at the same batch size, eff = sat req/s / raw req/s; "
               "* = see the notes below")
-    return "\n".join(lines) + "\n" + legend
+    return format_table(TABLE_HEADERS, [table_cells(row) for row in rows], right=TABLE_HEADERS[2:]) + "\n" + legend
+
+
+CPU_HEADERS = ("config", "prec", "raw", "worker", "bench client", "Kafka+Redis+other", "machine busy")
+
+
+def cpu_cells(row: BenchRow) -> tuple[str, ...]:
+    cpu = row.saturation_cpu
+    measured = ("-",) * 4 if cpu is None else (_num(cpu.worker_ms, 2), _num(cpu.bench_client_ms, 2),
+                                               _num(cpu.other_ms, 2), f"{cpu.machine_busy:.0%}")
+    return (row.config, row.precision, _num(row.raw.cpu_ms_per_sentence, 2), *measured)
 
 
 def format_cpu_split(rows: Sequence[BenchRow]) -> str:
     """Per row at saturation: CPU ms per request by process, next to the raw model's ms per sentence."""
-    lines = ["where the CPU goes at saturation (CPU ms per request; raw = the model alone, in-process):"]
-    for row in rows:
-        cpu = row.saturation_cpu
-        raw_ms = row.raw.cpu_ms_per_sentence
-        if cpu is None:
-            lines.append(f"  {row.config:<9} {row.precision}  raw {_num(raw_ms, 2)}  (no CPU counters here)")
-            continue
-        lines.append(f"  {row.config:<9} {row.precision}  raw {_num(raw_ms, 2)}  worker {_num(cpu.worker_ms, 2)}  "
-                     f"bench client {_num(cpu.bench_client_ms, 2)}  Kafka+Redis+other {_num(cpu.other_ms, 2)}  "
-                     f"machine {cpu.machine_busy:.0%} busy")
-    return "\n".join(lines)
+    return ("where the CPU goes at saturation (CPU ms per request; raw = the model alone, in-process; "
+            "- = no CPU counters here):\n" + format_table(CPU_HEADERS, [cpu_cells(row) for row in rows], indent="  "))
 
 
 def _by(rows: Sequence[BenchRow], config: str) -> BenchRow | None:

@@ -14,7 +14,6 @@ model version; deleting the topic drops them, and workers start a fresh one.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections import Counter
@@ -24,13 +23,14 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
 from common.settings import FleetSettings
+from fleet.arguments import command_parser
 from fleet.commands.redis_access import with_redis
+from fleet.exits import Exit
+from fleet.tables import format_table
+from fleet.unreachable import unreachable
+from models.registry import parse_version_id
 from schemas.names import TOPIC_PREFIX, cache_generation_key, exact_cache_pattern, semantic_cache_topic
 from workers.cache.exact import SCAN_BATCH, clear_model_cache
-from models.registry import parse_version_id
-
-EXIT_OK = 0
-EXIT_KAFKA_DOWN = 3
 
 
 def semantic_topics_of(model: str, version: str | None, existing: list[str]) -> list[str]:
@@ -76,11 +76,11 @@ async def clear(redis: Redis, settings: FleetSettings, model: str, version: str 
     try:
         topics = await delete_semantic_topics(settings.kafka_bootstrap, model, version)
     except (KafkaError, OSError) as exc:
-        print(f"semantic cache of {what}: cannot reach Kafka at {settings.kafka_bootstrap}: {exc}; "
-              "the exact cache is cleared, rerun to delete the semantic topics", file=sys.stderr)
-        return EXIT_KAFKA_DOWN
+        print(f"semantic cache of {what}: {unreachable('Kafka', settings.kafka_bootstrap, exc)} "
+              "The exact cache is cleared; rerun to delete the semantic topics.", file=sys.stderr)
+        return Exit.UNAVAILABLE
     print(f"semantic cache of {what}: " + (f"deleted topic(s) {', '.join(topics)}" if topics else "no topic to delete"))
-    return EXIT_OK
+    return Exit.OK
 
 
 async def stats(redis: Redis, model: str) -> int:
@@ -95,22 +95,19 @@ async def stats(redis: Redis, model: str) -> int:
     print(f"exact cache of {model}: generation {generation}")
     versions = sorted(set(current) | set(stale))
     if versions:
-        width = max(len("version"), *(len(v) for v in versions))
-        print(f"  {'version'.ljust(width)}  {'entries':>9}  {'stale':>9}")
-        for v in versions:
-            print(f"  {v.ljust(width)}  {current[v]:>9}  {stale[v]:>9}")
+        print(format_table(("version", "entries", "stale"), [(v, str(current[v]), str(stale[v])) for v in versions],
+                           indent="  "))
         print("  (stale: written before the last `fleet cache clear`; never read, gone at their TTL)")
     else:
         print("  no entries in Redis")
     print(f"redis memory: used {memory.get('used_memory_human', '?')}, "
           f"maxmemory {memory.get('maxmemory_human', '?')} ({memory.get('maxmemory', '?')} bytes), "
           f"policy {memory.get('maxmemory_policy', '?')}")
-    return EXIT_OK
+    return Exit.OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fleet cache", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("cache", __doc__)
     commands = parser.add_subparsers(dest="action", required=True)
     clear_parser = commands.add_parser("clear", help="drop a model's cached results (exact and semantic)")
     clear_parser.add_argument("model")

@@ -9,7 +9,6 @@ reach >= 30% paraphrase hits with <= 2% near-miss hits (issue 4). Exit status 0 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -18,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from fleet.arguments import command_parser
+from fleet.exits import Exit
+from fleet.tables import format_table
 from workers.cache.guards import meaning_conflict
 from workers.cache.semantic import DEFAULT_THRESHOLD, Guard, SemanticCache
 
@@ -101,19 +103,18 @@ def embed_all(texts: list[str]) -> tuple[str, dict[str, npt.NDArray[np.float32]]
     return backend.manifest.id, dict(zip(unique, rows))
 
 
+FIGURES = ("threshold", "guards", "paraphrase", "near-miss", *KINDS)
+
+
 def table(rows: list[Row], marks: dict[int, str]) -> str:
-    head = f"{'threshold':>9} {'guards':>6} {'paraphrase':>10} {'near-miss':>9} " + \
-        " ".join(f"{kind:>8}" for kind in KINDS)
-    lines = [head, "-" * len(head)]
-    for i, row in enumerate(rows):
-        lines.append(f"{row.threshold:>9.2f} {'on' if row.guards else 'off':>6} {row.paraphrase_hits:>10.1%} "
-                     f"{row.near_miss_hits:>9.1%} " + " ".join(f"{row.by_kind[k]:>8.1%}" for k in KINDS) +
-                     marks.get(i, ""))
-    return "\n".join(lines)
+    """Hit rates per threshold; `marks` notes a row by its index (in the last, unnamed column)."""
+    return format_table((*FIGURES, ""), [
+        (f"{row.threshold:.2f}", "on" if row.guards else "off", f"{row.paraphrase_hits:.1%}", f"{row.near_miss_hits:.1%}",
+         *(f"{row.by_kind[k]:.1%}" for k in KINDS), marks.get(i, "")) for i, row in enumerate(rows)], right=FIGURES)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fleet cache-eval", description=(__doc__ or "").splitlines()[0])
+    parser = command_parser("cache-eval", __doc__)
     parser.add_argument("--pairs", type=Path, default=PAIRS_PATH, help="pairs file (JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
@@ -138,14 +139,14 @@ def main(argv: list[str]) -> int:
     else:
         print(f"encoder {version}; pairs: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
         print("hit rate = share of pairs whose b is served a's cached answer (near-miss columns: lower is better)\n")
-        print(table([default, *rows], {0: "  <- shipped default"}))
+        print(table([default, *rows], {0: "<- shipped default"}))
         print(f"\nrecommended threshold: {recommended} ({reason})")
         if held:
             print(f"\nholdout only ({len(holdout)} pairs written after the guard lists were frozen):")
-            print(table(held, {0: "  <- shipped default"}))
+            print(table(held, {0: "<- shipped default"}))
         for pair in false_hits:
             print(f"  near miss served at the default [{pair.kind}]: {pair.a!r} -> {pair.b!r}")
-    return 0 if default.meets_targets else 1
+    return Exit.OK if default.meets_targets else Exit.FAILED
 
 
 if __name__ == "__main__":

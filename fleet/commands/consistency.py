@@ -16,7 +16,6 @@ could be compared.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections import Counter
@@ -28,6 +27,8 @@ from pydantic import Field
 from redis.asyncio import Redis
 
 from common.topics import newest_records
+from fleet.arguments import command_parser
+from fleet.exits import Exit
 from schemas.names import requests_topic, result_key
 from schemas.wire import Request, Result, Status, WireError
 from models.registry import ModelRegistry, RegistryError
@@ -41,8 +42,6 @@ class ConsistencySettings(WorkerSettings):
     consistency_min_agreement: float = Field(0.99, ge=0, le=1, description="Pass when this share agrees")
     consistency_cosine: float = Field(0.999, ge=-1, le=1, description="An item agrees at this cosine or above")
 
-
-EXIT_AGREES, EXIT_DISAGREES, EXIT_NOTHING_COMPARED = 0, 1, 2
 
 
 # --- comparison and report (pure) -------------------------------------------------------------
@@ -88,10 +87,10 @@ class ConsistencyReport:
         return self.agreed / self.compared if self.compared else None
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> Exit:
         if self.agreement is None:
-            return EXIT_NOTHING_COMPARED
-        return EXIT_AGREES if self.agreement >= self.min_agreement else EXIT_DISAGREES
+            return Exit.UNAVAILABLE  # nothing compared: no verdict either way
+        return Exit.OK if self.agreement >= self.min_agreement else Exit.FAILED
 
     def worst(self, count: int = 5) -> list[Comparison]:
         return sorted(self.comparisons, key=lambda c: c.cosine)[:count]
@@ -114,7 +113,7 @@ def format_report(report: ConsistencyReport, *, worst: int = 5, text_width: int 
     lines.append("live version -> offline version: "
                  + ", ".join(f"{live} -> {offline} ({n})" for (live, offline), n in sorted(pairs.items())))
     cosines = np.array([c.cosine for c in report.comparisons])
-    verdict = "PASS" if report.exit_code == EXIT_AGREES else "FAIL"
+    verdict = "PASS" if report.exit_code is Exit.OK else "FAIL"
     lines.append(f"agreement {report.agreement:.2%} ({report.agreed}/{report.compared} at cosine >= "
                  f"{report.cosine_threshold:g}); needed {report.min_agreement:.2%}: {verdict}")
     lines.append(f"cosine min {cosines.min():.6f}  mean {cosines.mean():.6f}  median {np.median(cosines):.6f}")
@@ -231,8 +230,7 @@ async def check_consistency(settings: ConsistencySettings, model: str, *, sample
 
 def main(argv: list[str] | None = None) -> int:
     settings = ConsistencySettings()
-    parser = argparse.ArgumentParser(prog="fleet consistency", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("consistency", __doc__)
     parser.add_argument("model")
     parser.add_argument("--sample", type=int, default=settings.consistency_sample, metavar="N",
                         help="check the latest N requests (default %(default)s)")

@@ -14,8 +14,11 @@ from aiokafka import AIOKafkaConsumer
 from redis.asyncio import Redis
 
 from common.settings import FleetSettings
+from fleet.arguments import command_parser
+from fleet.commands.redis_access import with_redis
+from fleet.exits import Exit
 from schemas.names import TRACE_TOPIC, debug_key
-from schemas.wire import TraceRecord, now_ms
+from schemas.wire import TraceRecord, WireError, now_ms
 
 
 async def switch_on(redis: Redis, model: str, seconds: float, tenant: str | None = None) -> int:
@@ -48,7 +51,11 @@ async def tail(settings: FleetSettings, model: str | None, count: int | None, fr
     shown = 0
     try:
         async for record in consumer:
-            trace = TraceRecord.decode(record.value or b"")
+            try:
+                trace = TraceRecord.decode(record.value or b"")
+            except WireError as exc:
+                print(f"(offset {record.offset}: not a trace record: {exc})", flush=True)
+                continue
             if model is None or trace.model == model:
                 print(render(trace), flush=True)
                 shown += 1
@@ -58,34 +65,27 @@ async def tail(settings: FleetSettings, model: str | None, count: int | None, fr
         await consumer.stop()
 
 
-async def run(args: argparse.Namespace) -> int:
-    settings = FleetSettings()
-    if args.action == "tail":
-        await tail(settings, args.model, args.count, args.from_beginning)
-        return 0
-    redis = Redis.from_url(settings.redis_url)
-    try:
-        if args.action == "on":
-            seconds = args.seconds if args.seconds is not None else args.minutes * 60
-            await switch_on(redis, args.model, seconds, args.tenant)
-            who = f"tenant {args.tenant} of {args.model}" if args.tenant else args.model
-            print(f"debug traces on for {who} for {seconds:g} s; follow them with `fleet debug tail`")
-        elif args.action == "off":
-            print("switched off" if await switch_off(redis, args.model, args.tenant) else "was not on")
-        else:
-            left = await remaining_s(redis, args.model, args.tenant)
-            print(f"on, {left:.0f} s left" if left is not None else "off")
-    finally:
-        await redis.aclose()
-    return 0
+async def switch(redis: Redis, args: argparse.Namespace) -> int:
+    """`on`, `off` or `status` of the model's (or tenant's) debug switch."""
+    if args.action == "on":
+        seconds = args.seconds if args.seconds is not None else args.minutes * 60
+        await switch_on(redis, args.model, seconds, args.tenant)
+        who = f"tenant {args.tenant} of {args.model}" if args.tenant else args.model
+        print(f"debug traces on for {who} for {seconds:g} s; follow them with `fleet debug tail`")
+    elif args.action == "off":
+        print("switched off" if await switch_off(redis, args.model, args.tenant) else "was not on")
+    else:
+        left = await remaining_s(redis, args.model, args.tenant)
+        print(f"on, {left:.0f} s left" if left is not None else "off")
+    return Exit.OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fleet debug", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("debug", __doc__)
     actions = parser.add_subparsers(dest="action", required=True)
-    for name in ("on", "off", "status"):
-        action = actions.add_parser(name)
+    for name, text in (("on", "trace the model's requests for a while"), ("off", "stop tracing now"),
+                       ("status", "is tracing on, and for how much longer")):
+        action = actions.add_parser(name, help=text)
         action.add_argument("model")
         action.add_argument("--tenant")
         if name == "on":
@@ -95,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     follow.add_argument("--model")
     follow.add_argument("--count", type=int, help="stop after this many")
     follow.add_argument("--from-beginning", action="store_true")
-    return asyncio.run(run(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    settings = FleetSettings()
+    if args.action == "tail":
+        asyncio.run(tail(settings, args.model, args.count, args.from_beginning))
+        return Exit.OK
+    return asyncio.run(with_redis(settings, lambda redis: switch(redis, args)))
 
 
 if __name__ == "__main__":

@@ -1,39 +1,56 @@
-"""`scripts/demo`: the fleet end to end on the local stack.
+"""`scripts/demo`, `fleet demo`: the fleet end to end on the local stack.
 
 Starts a gateway and two workers as real processes, sends requests three ways (HTTP sync
 infer, the Python client, a pipeline through a results topic) and prints what happened.
+
+Every run sends the same seeded mix of support queries, each tagged with an id of this run.
+The exact cache keys on the input text, so no answer comes from a cache an earlier run filled:
+a second run computes what the first computed and prints the same picture. Within a run the
+queries repeat, as support traffic does, and the exact cache answers those repeats; the table
+counts computed answers and cache hits apart, and the batch sizes are those of the computed
+ones (a cache hit is in no batch). Semantic hits appear only where FLEET_SEMANTIC_CACHE is on,
+and are labelled as such.
 """
 
-import argparse
+from __future__ import annotations
+
 import asyncio
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from fleet.arguments import command_parser
+from fleet.bench.stats import percentile
+from fleet.exits import Exit
+from fleet.tables import format_table
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from schemas.names import DEFAULT_RESULTS_TOPIC
-from schemas.wire import Result, Status
+from schemas.wire import CacheTier, Result, Status, now_ms
 
 MODEL = "minilm-embed"
 SUBJECTS = ["my parcel", "order 4411", "my refund", "the invoice", "my password", "the subscription", "my card",
             "delivery to Berlin", "the warranty", "my account"]
 ASKS = ["where is {}?", "how do I cancel {}", "{} has not arrived", "can you help with {}", "I was charged twice for {}",
         "update {} please", "why is {} late", "what is the status of {}"]
+TABLE_HEADERS = ("path", "requests", "ok", "errors", "computed", "cache hits", "req/s", "p50 ms", "p99 ms")
 
 
-def queries(count: int, seed: int = 7) -> list[str]:
+def queries(count: int, run_id: str, seed: int = 7) -> list[str]:
+    """`count` support queries, the same mix every run, each ending in this run's id."""
     rng = random.Random(seed)
-    return [rng.choice(ASKS).format(rng.choice(SUBJECTS)) for _ in range(count)]
+    return [f"{rng.choice(ASKS).format(rng.choice(SUBJECTS))} (demo run {run_id})" for _ in range(count)]
 
 
 @dataclass
@@ -44,27 +61,29 @@ class PathReport:
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
-    def row(self) -> list[str]:
+    def cells(self) -> tuple[str, ...]:
         ok = sum(r.status is Status.ok for r in self.results)
         total = len(self.results) + len(self.errors)
-        lat = sorted(self.latencies_ms)
-        pct = (lambda q: f"{lat[min(int(q * len(lat)), len(lat) - 1)]:.0f}") if lat else (lambda q: "-")
-        return [self.name, str(total), str(ok), str(total - ok), f"{total / self.wall_s:.0f}" if self.wall_s else "-",
-                pct(0.5), pct(0.99)]
+        hits = sum(r.cache is not CacheTier.miss for r in self.results)
+
+        def ms(q: float) -> str:
+            return f"{percentile(self.latencies_ms, q):.0f}" if self.latencies_ms else "-"
+
+        return (self.name, str(total), str(ok), str(total - ok), str(len(self.results) - hits), str(hits),
+                f"{total / self.wall_s:.0f}" if self.wall_s else "-", ms(50), ms(99))
 
 
 class Fleet:
     """The gateway and workers as subprocesses, logs under <home>/demo/."""
 
-    def __init__(self, log_dir: Path, port: int) -> None:
+    def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.port = port
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def spawn(self, name: str, module: str, env: dict[str, str]) -> None:
-        log = (self.log_dir / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
-                                            stdout=log, stderr=subprocess.STDOUT)
+        with (self.log_dir / f"{name}.log").open("wb") as log:
+            self.procs[name] = subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
+                                                stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, name: str, marker: str, timeout_s: float = 90) -> None:
         log = self.log_dir / f"{name}.log"
@@ -83,72 +102,97 @@ class Fleet:
         return {name: "clean" if code in (0, -signal.SIGTERM) else f"exit {code}" for name, code in codes.items()}
 
 
-async def via_http(url: str, texts: list[str], concurrency: int) -> PathReport:
-    report = PathReport("HTTP sync infer")
-    gate = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=concurrency)) as http:
-        async def one(text: str) -> None:
-            async with gate:
-                started = time.perf_counter()
-                response = await http.post(f"/v1/models/{MODEL}/infer", json={"text": text, "timeout_ms": 30000})
-                report.latencies_ms.append((time.perf_counter() - started) * 1000)
-                if response.status_code == 200:
-                    report.results.append(Result.model_validate(response.json()))
-                else:
-                    report.errors.append(f"{response.status_code} {response.text[:100]}")
-        began = time.perf_counter()
-        await asyncio.gather(*(one(t) for t in texts))
-        report.wall_s = time.perf_counter() - began
-    return report
-
-
-async def via_client(client: FleetClient, texts: list[str], concurrency: int) -> PathReport:
-    report = PathReport("Python client infer")
+async def concurrently(report: PathReport, texts: list[str], concurrency: int,
+                       infer: Callable[[str], Awaitable[Result]]) -> PathReport:
+    """`infer` every text, at most `concurrency` at once, timing each and the whole."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(text: str) -> None:
         async with gate:
             started = time.perf_counter()
             try:
-                report.results.append(await client.infer(MODEL, text, timeout=30))
-            except Exception as exc:
+                report.results.append(await infer(text))
+            except Exception as exc:  # a failed request is a row in the report, not the end of the demo
                 report.errors.append(repr(exc))
             report.latencies_ms.append((time.perf_counter() - started) * 1000)
 
     began = time.perf_counter()
-    await asyncio.gather(*(one(t) for t in texts))
+    await asyncio.gather(*(one(text) for text in texts))
     report.wall_s = time.perf_counter() - began
     return report
 
 
+async def via_http(url: str, texts: list[str], concurrency: int) -> PathReport:
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=concurrency)) as http:
+        async def infer(text: str) -> Result:
+            response = await http.post(f"/v1/models/{MODEL}/infer", json={"text": text, "timeout_ms": 30000})
+            if response.status_code != 200:
+                raise RuntimeError(f"{response.status_code} {response.text[:100]}")
+            return Result.model_validate(response.json())
+
+        return await concurrently(PathReport("HTTP sync infer"), texts, concurrency, infer)
+
+
+async def via_client(client: FleetClient, texts: list[str], concurrency: int) -> PathReport:
+    return await concurrently(PathReport("Python client infer"), texts, concurrency,
+                              lambda text: client.infer(MODEL, text, timeout=30))
+
+
 async def via_topic(client: FleetClient, texts: list[str]) -> PathReport:
+    """All texts published at once; a result's latency is from then to when its worker finished it
+    (a cache hit carries no per-stage timings, so the result's own finish time is what they share)."""
     report = PathReport("pipeline via results topic")
-    began = time.perf_counter()
+    began, began_ms = time.perf_counter(), now_ms()
     outcome = await client.run_pipeline(MODEL, texts, results_topic=DEFAULT_RESULTS_TOPIC, timeout=120)
     report.wall_s = time.perf_counter() - began
     report.results = list(outcome.results.values())
     report.errors = [f"missing {i}" for i in outcome.missing]
-    report.latencies_ms = [r.timings.get("since_submit_ms", 0.0) for r in report.results]
+    report.latencies_ms = [float(max(r.finished_ms - began_ms, 0)) for r in report.results]
     return report
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    print(line)
-    print("-" * len(line))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+def how_answered(results: list[Result]) -> list[str]:
+    """What computed the answers: the batch sizes of the computed ones, then the cache hits by tier."""
+    computed = [r for r in results if r.cache is CacheTier.miss]
+    tiers = Counter(r.cache for r in results if r.cache is not CacheTier.miss)
+    sizes = Counter(r.batch_size for r in computed)
+    return [f"computed by the model: {len(computed)}, in batches of (size: results) "
+            + (", ".join(f"{size}: {n}" for size, n in sorted(sizes.items())) or "-"),
+            f"answered from the exact cache: {tiers[CacheTier.exact]} (repeats of a query this run computed "
+            "before; in no batch)",
+            f"answered from the semantic cache: {tiers[CacheTier.semantic]}"
+            + ("" if tiers[CacheTier.semantic] else " (off unless FLEET_SEMANTIC_CACHE is set)")]
 
 
-async def run(args: argparse.Namespace) -> int:
+async def wait_for_gateway(url: str) -> None:
+    async with httpx.AsyncClient() as http:
+        for _ in range(300):
+            try:
+                if (await http.get(f"{url}/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+
+
+async def send_all(settings: ClientSettings, url: str, texts: list[str], concurrency: int) -> list[PathReport]:
+    third = len(texts) // 3
+    print(f"sending {len(texts)} requests: {third} over HTTP, {third} with the Python client, the rest as a pipeline")
+    reports = [await via_http(url, texts[:third], concurrency)]
+    async with FleetClient(settings) as client:
+        reports.append(await via_client(client, texts[third:2 * third], concurrency))
+        reports.append(await via_topic(client, texts[2 * third:]))
+    return reports
+
+
+async def run(requests: int, concurrency: int) -> int:
     settings = ClientSettings()
     log_dir = settings.home / "demo"
     log_dir.mkdir(parents=True, exist_ok=True)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    fleet = Fleet(log_dir, port)
+    fleet = Fleet(log_dir)
     print(f"starting gateway on :{port} and 2 workers (logs in {log_dir}/)")
     fleet.spawn("gateway", "gateway.main", {"FLEET_PORT": str(port)})
     for n in (1, 2):
@@ -157,29 +201,13 @@ async def run(args: argparse.Namespace) -> int:
         for n in (1, 2):
             fleet.wait_ready(f"worker-{n}", "ready:")
         url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient() as http:
-            for _ in range(300):
-                try:
-                    if (await http.get(f"{url}/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.2)
-        texts = queries(args.requests)
-        third = len(texts) // 3
-        print(f"sending {len(texts)} requests: {third} over HTTP, {third} with the Python client, the rest as a pipeline")
-        reports = [await via_http(url, texts[:third], args.concurrency)]
-        async with FleetClient(settings) as client:
-            reports.append(await via_client(client, texts[third:2 * third], args.concurrency))
-            reports.append(await via_topic(client, texts[2 * third:]))
+        await wait_for_gateway(url)
+        reports = await send_all(settings, url, queries(requests, secrets.token_hex(3)), concurrency)
     finally:
         exit_codes = fleet.stop()
-    print()
-    print_table(["path", "requests", "ok", "errors", "req/s", "p50 ms", "p99 ms"], [r.row() for r in reports])
     every = [r for report in reports for r in report.results]
-    sizes = Counter(r.batch_size for r in every)
-    print(f"\nbatch sizes seen (batch size: results computed in such batches): "
-          f"{', '.join(f'{s}: {n}' for s, n in sorted(sizes.items()))}")
+    print("\n" + format_table(TABLE_HEADERS, [report.cells() for report in reports]))
+    print("\n" + "\n".join(how_answered(every)))
     print(f"served by: {dict(Counter(r.worker for r in every))}; model version: {sorted({r.version or '?' for r in every})}")
     print(f"shutdown after SIGTERM: {exit_codes}")
     errors = [e for report in reports for e in report.errors] + [r.id for r in every if r.status is not Status.ok]
@@ -187,16 +215,17 @@ async def run(args: argparse.Namespace) -> int:
           f"{log_dir}/, the wire format in schemas/README.md, `scripts/test` for the suite")
     if errors:
         print(f"\n{len(errors)} errors, first: {errors[:3]}")
-        return 1
-    return 0
+        return Exit.FAILED
+    return Exit.OK
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("demo", __doc__)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=32)
-    raise SystemExit(asyncio.run(run(parser.parse_args(argv))))
+    args = parser.parse_args(argv)
+    return asyncio.run(run(args.requests, args.concurrency))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -11,12 +11,12 @@ what the workers committed, i.e. results already delivered (commits follow deliv
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
 import sys
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,6 +24,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import Field
 
 from common.settings import FleetSettings
+from fleet.arguments import command_parser
+from fleet.exits import Exit
+from fleet.tables import format_table
 from schemas.names import TOPIC_PREFIX
 
 REQUESTS_TOPIC_PREFIX = f"{TOPIC_PREFIX}.requests."
@@ -127,16 +130,8 @@ def table_rows(groups: Sequence[GroupLag]) -> list[tuple[str, ...]]:
     return rows
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 2) -> str:
-    """Columns padded to their widest cell; columns from `numeric_from` on are right-aligned."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i >= numeric_from else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    header = line(headers)
-    return "\n".join([header, "-" * len(header), *(line(r) for r in rows)])
+def lag_table(groups: Sequence[GroupLag]) -> str:
+    return format_table(HEADERS, table_rows(groups), right=HEADERS[2:])
 
 
 # --- collection -------------------------------------------------------------------------------
@@ -171,33 +166,35 @@ async def _topic_partitions(admin: AIOKafkaAdminClient, topics: set[str]) -> lis
 async def collect_lag(bootstrap: str, groups: Sequence[str] | None = None, interval_s: float = 2.0,
                       *, progress: bool = False) -> list[GroupLag]:
     """Lag of each group (default: every fleet request group), sampled over `interval_s`."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
-    try:
+    async with AsyncExitStack() as stack:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        stack.push_async_callback(admin.close)
+        # Made only once Kafka answered the admin: a consumer never started cannot be stopped.
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        stack.push_async_callback(consumer.stop)
         names = list(groups) if groups else await fleet_groups(admin)
         first = {group: await _committed(admin, group) for group in names}
         if progress:
             print(f"sampling committed offsets of {len(names)} group(s) over {interval_s:g} s ...", file=sys.stderr)
         await asyncio.sleep(interval_s)
         second = {group: await _committed(admin, group) for group in names}
-        report = []
-        for group in names:
-            partitions = await _topic_partitions(admin, {tp.topic for tp in {*first[group], *second[group]}})
-            starts = await consumer.beginning_offsets(partitions) if partitions else {}
-            ends = await consumer.end_offsets(partitions) if partitions else {}
-            rows = []
-            for tp in partitions:
-                before = first[group].get(tp, starts[tp])
-                after = second[group].get(tp)
-                rate = max((after if after is not None else before) - before, 0) / interval_s
-                rows.append(PartitionLag(group, tp.topic, tp.partition, after, starts[tp], ends[tp], rate))
-            report.append(GroupLag(group, tuple(rows)))
-        return report
-    finally:
-        await consumer.stop()
-        await admin.close()
+        return [await _group_lag(admin, consumer, group, first[group], second[group], interval_s) for group in names]
+
+
+async def _group_lag(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str, first: Committed,
+                     second: Committed, interval_s: float) -> GroupLag:
+    partitions = await _topic_partitions(admin, {tp.topic for tp in {*first, *second}})
+    starts = await consumer.beginning_offsets(partitions) if partitions else {}
+    ends = await consumer.end_offsets(partitions) if partitions else {}
+    rows = []
+    for tp in partitions:
+        before = first.get(tp, starts[tp])
+        after = second.get(tp)
+        rate = max((after if after is not None else before) - before, 0) / interval_s
+        rows.append(PartitionLag(group, tp.topic, tp.partition, after, starts[tp], ends[tp], rate))
+    return GroupLag(group, tuple(rows))
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -205,8 +202,7 @@ async def collect_lag(bootstrap: str, groups: Sequence[str] | None = None, inter
 
 def main(argv: list[str] | None = None) -> int:
     settings = LagSettings()
-    parser = argparse.ArgumentParser(prog="fleet lag", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("lag", __doc__)
     parser.add_argument("--group", action="append", dest="groups", metavar="G",
                         help="consumer group (repeatable); default every group reading fleet.requests.*")
     parser.add_argument("--interval", type=float, default=settings.lag_interval_s,
@@ -221,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     elif not groups:
         print("no consumer group reads a fleet.requests.* topic yet")
     else:
-        print(format_table(HEADERS, table_rows(groups)))
-    return 0
+        print(lag_table(groups))
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Pointers live in Redis; the registry folder is FLEET_MODEL_DIR (default <FLEET_H
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import getpass
 import importlib.util
@@ -29,12 +28,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from common.settings import FleetSettings
+from fleet.arguments import command_parser
 from fleet.commands.redis_access import with_redis
+from fleet.exits import Exit
+from fleet.tables import format_pairs, format_table
 from models.registry import MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, parse_version_id
 from versions.pointers import AuditEntry, PointerError, PointerState, VersionPointers
 
-EXIT_OK = 0
-EXIT_FAILED = 1
 SHORT_SHA = 12
 
 
@@ -45,17 +45,6 @@ def default_actor() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-
-    header = line(headers)
-    return "\n".join([header, "-" * len(header), *(line(r) for r in rows)])
 
 
 def format_ms(time_ms: int) -> str:
@@ -108,7 +97,7 @@ def cmd_list(settings: FleetSettings, registry: ModelRegistry, model: str | None
     names = [model] if model else found
     if not names:
         print(f"no models registered in {registry.root} (run scripts/build-models)")
-        return EXIT_OK
+        return Exit.OK
     for name in names:
         manifests = registry.versions(name)
         if not manifests:
@@ -119,7 +108,7 @@ def cmd_list(settings: FleetSettings, registry: ModelRegistry, model: str | None
         print(format_table(("version", "precision", "task", "created", "parent", "check", "pointers"),
                            list_rows(manifests, pointers)))
         print()
-    return EXIT_OK
+    return Exit.OK
 
 
 def describe(manifest: ModelManifest) -> list[tuple[str, str]]:
@@ -161,10 +150,8 @@ def cmd_show(settings: FleetSettings, registry: ModelRegistry, target: str) -> i
         manifest = registry.resolve(model, version)
     else:
         manifest = registry.resolve(model, target)
-    rows = describe(manifest) + ([] if pointers is None else describe_pointers(pointers))
-    width = max(len(key) for key, _ in rows)
-    print("\n".join(f"{key.ljust(width)}  {value}" for key, value in rows))
-    return EXIT_OK
+    print(format_pairs(describe(manifest) + ([] if pointers is None else describe_pointers(pointers))))
+    return Exit.OK
 
 
 def _fetch_remote(url: str, into: Path) -> None:
@@ -240,7 +227,7 @@ def register_from(registry: ModelRegistry, source: str) -> ModelManifest:
 def cmd_register(registry: ModelRegistry, source: str) -> int:
     manifest = register_from(registry, source)
     print(f"registered {manifest.id} ({manifest.precision}) in {registry.version_dir(manifest.name, manifest.id)}")
-    return EXIT_OK
+    return Exit.OK
 
 
 def change_summary(entry: AuditEntry) -> str:
@@ -255,8 +242,7 @@ def history_rows(entries: Sequence[AuditEntry]) -> list[tuple[str, ...]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fleet models", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("models", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="registered versions")
     listing.add_argument("model", nargs="?")
@@ -288,23 +274,23 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(with_redis(settings, lambda redis: _history(redis, args.model, args.limit)))
     except (RegistryError, PointerError, ValueError, OSError) as exc:
         print(f"fleet models {args.command}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return Exit.FAILED
 
 
 async def _set_stable(redis: Redis, registry: ModelRegistry, args: Any) -> int:
     pointers = VersionPointers(redis, args.model, registry)
     state = await pointers.set_stable(args.version, args.actor or default_actor(), args.reason)
     print(f"{args.model}: stable is {state.stable}" + (f" (previous {state.previous})" if state.previous else ""))
-    return EXIT_OK
+    return Exit.OK
 
 
 async def _history(redis: Redis, model: str, limit: int) -> int:
     entries = await VersionPointers(redis, model).history(limit)
     if not entries:
         print(f"{model}: no pointer changes logged")
-        return EXIT_OK
+        return Exit.OK
     print(format_table(("time", "actor", "action", "change", "reason"), history_rows(entries)))
-    return EXIT_OK
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -8,18 +8,17 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from common.settings import FleetSettings
-
-EXIT_REDIS_DOWN = 2
+from fleet.exits import Exit
+from fleet.unreachable import unreachable
 
 
 async def with_redis(settings: FleetSettings, action: Callable[[Redis], Awaitable[int]]) -> int:
-    """`action`'s exit code, or EXIT_REDIS_DOWN after saying why Redis did not answer."""
+    """`action`'s exit status, or Exit.UNAVAILABLE after saying why Redis did not answer."""
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=10)
     try:
         return await action(redis)
     except (RedisError, OSError) as exc:
-        print(f"cannot reach Redis at {settings.redis_url}: {exc}; is the stack up (`fleet stack up`)?",
-              file=sys.stderr)
-        return EXIT_REDIS_DOWN
+        print(unreachable("Redis", settings.redis_url, exc), file=sys.stderr)
+        return Exit.UNAVAILABLE
     finally:
         await redis.aclose()

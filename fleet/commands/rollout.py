@@ -26,14 +26,17 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from fleet.commands.models import EXIT_FAILED, EXIT_OK, default_actor, format_ms, format_table, history_rows, with_redis
+from fleet.arguments import command_parser
+from fleet.commands.models import default_actor, format_ms, history_rows
+from fleet.commands.redis_access import with_redis
+from fleet.exits import Exit
+from fleet.tables import format_pairs, format_table
 from models.registry import ModelRegistry, RegistryError
 from versions.pointers import PointerError, PointerState, VersionPointers
 from versions.rollout import RolloutController, RolloutEvent, RolloutOutcome, read_report
 from versions.rollout_gates import RolloutSettings, parse_stages, stage_label
 from versions.stats import StatsWindow, VersionStats, read_shadow
 
-EXIT_ROLLED_BACK = 3
 ROW_HEADERS = ("time", "phase", "elapsed", "cand req", "cand err", "cand p99", "stable err", "stable p99",
                "agreement", "verdict", "detail")
 ROW_WIDTHS = (8, 12, 8, 8, 8, 8, 10, 10, 9, 11)
@@ -98,7 +101,7 @@ class RowPrinter:
 
 
 def outcome_code(outcome: RolloutOutcome) -> int:
-    return EXIT_OK if outcome.result == "promoted" else EXIT_ROLLED_BACK
+    return Exit.OK if outcome.result == "promoted" else Exit.ROLLED_BACK
 
 
 async def drive(controller: RolloutController, model: str, poll_s: float) -> int:
@@ -123,7 +126,7 @@ async def _start(redis: Redis, settings: RolloutSettings, registry: ModelRegistr
           f"stages {stages}, {plan.min_stage_s:g}s each", file=sys.stderr)
     if args.detach:
         print(f"detached: `fleet rollout run {args.model}` drives it, `fleet rollout status {args.model}` shows it")
-        return EXIT_OK
+        return Exit.OK
     return await drive(controller, args.model, args.poll_s or settings.rollout_poll_s)
 
 
@@ -148,8 +151,7 @@ async def _status(redis: Redis, settings: RolloutSettings, registry: ModelRegist
              ("previous", state.previous or "-"),
              ("last change", f"{format_ms(state.updated_ms)} by {state.actor}: {state.reason}"
                              if state.updated_ms else "never (no pointer set yet: workers serve their configured version)")]
-    width = max(len(k) for k, _ in lines)
-    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
+    print(format_pairs(lines))
     report = await read_report(redis, args.model)
     if report is not None:
         age_s = max(0.0, time.time() - report["time_ms"] / 1000)
@@ -174,7 +176,7 @@ async def _status(redis: Redis, settings: RolloutSettings, registry: ModelRegist
     entries = await pointers.history(args.limit)
     if entries:
         print("\n" + format_table(("time", "actor", "action", "change", "reason"), history_rows(entries)))
-    return EXIT_OK
+    return Exit.OK
 
 
 async def _operator(redis: Redis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
@@ -186,12 +188,11 @@ async def _operator(redis: Redis, settings: RolloutSettings, registry: ModelRegi
     state = await action(actor, reason)
     print(f"{args.model}: {state.state}; stable {state.stable}, candidate {state.candidate or '-'} "
           f"at {state.percent:g}%")
-    return EXIT_OK
+    return Exit.OK
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fleet rollout", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("rollout", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
@@ -230,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(with_redis(settings, lambda redis: handler(redis, settings, registry, args)))
     except (RegistryError, PointerError, ValueError) as exc:
         print(f"fleet rollout {args.command}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return Exit.FAILED
     except KeyboardInterrupt:
-        return EXIT_FAILED
+        return Exit.INTERRUPTED
 
 
 if __name__ == "__main__":

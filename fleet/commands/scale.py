@@ -17,7 +17,6 @@ refused unless `--partitions P` (P >= N) is given; partitions are only ever adde
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -32,8 +31,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from pydantic import Field
 
 from common.settings import FleetSettings
-from fleet.commands.lag import format_duration, format_table
+from fleet.arguments import command_parser
+from fleet.commands.lag import format_duration
+from fleet.exits import Exit
 from fleet.stack.proc import command_line, pid_alive
+from fleet.tables import format_table
 from common.topics import ensure_topics, partitions_of
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, requests_topic
 
@@ -277,13 +279,12 @@ async def scale(settings: ScaleSettings, model: str, target: int, *, partitions:
 def status_table(workers: list[WorkerStatus]) -> str:
     rows = [(w.worker_id, str(w.pid or "-"), "yes" if w.alive else "no",
              format_duration(w.uptime_s) if w.uptime_s is not None else "-") for w in workers]
-    return format_table(("worker", "pid", "alive", "uptime"), rows, numeric_from=1)
+    return format_table(("worker", "pid", "alive", "uptime"), rows, right=("pid", "alive", "uptime"))
 
 
 def main(argv: list[str] | None = None) -> int:
     settings = ScaleSettings()
-    parser = argparse.ArgumentParser(prog="fleet scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("scale", __doc__)
     parser.add_argument("model")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--workers", type=int, metavar="N", help="run exactly N local workers")
@@ -293,18 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.status:
         workers = LocalWorkers(settings, args.model).status()
         print(status_table(workers) if workers else f"no local workers of {args.model} under {settings.home}")
-        return 0
+        return Exit.OK
     try:
         asyncio.run(scale(settings, args.model, args.workers, partitions=args.partitions))
     except ScaleRefused as refused:
         print(f"refused: {refused}", file=sys.stderr)
-        return 2
+        return Exit.UNAVAILABLE
     except (RuntimeError, TimeoutError) as failed:
         print(f"failed: {failed}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     workers = LocalWorkers(settings, args.model).status()
     print(status_table(workers) if workers else f"no local workers of {args.model} left running")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

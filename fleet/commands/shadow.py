@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from common.logs import configure_logging
+from fleet.arguments import command_parser
 from fleet.commands.shadow_report import format_report, summarise
+from fleet.exits import Exit
 from common.topics import newest_records
 from schemas.names import comparisons_topic
 from versions.pointers import read_pointers
@@ -32,8 +34,6 @@ from workers.shadow.worker import serve_shadow
 from workers.shadow.engine import ShadowSettings
 from versions.stats import ShadowSnapshot, read_shadow
 from workers.shadow.replay import ReplayWindow, ShadowReplay, parse_duration, parse_time
-
-EXIT_OK, EXIT_NOTHING = 0, 2
 
 
 def _settings(args: argparse.Namespace) -> ShadowSettings:
@@ -49,7 +49,7 @@ def _settings(args: argparse.Namespace) -> ShadowSettings:
 
 async def _run(settings: ShadowSettings, burst: bool) -> int:
     await serve_shadow(settings, burst=burst)
-    return EXIT_OK
+    return Exit.OK
 
 
 def _window(args: argparse.Namespace) -> ReplayWindow:
@@ -72,7 +72,7 @@ async def _replay(settings: ShadowSettings, window: ReplayWindow) -> int:
         candidate = replay.engine.candidate
     print(f"replayed {read} records: {totals.compared} compared, {totals.agreed} agreed with "
           f"{candidate or 'no candidate'}; skipped {dict(totals.skipped)}")
-    return EXIT_OK if totals.compared else EXIT_NOTHING
+    return Exit.OK if totals.compared else Exit.UNAVAILABLE
 
 
 async def recent_comparisons(bootstrap: str, model: str, last: int) -> list[Comparison]:
@@ -105,8 +105,7 @@ async def build_report(settings: ShadowSettings, model: str, candidate: str | No
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fleet shadow", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("shadow", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a shadow worker in the foreground")
     replay = commands.add_parser("replay", help="compare a past time window or offset range")
@@ -154,10 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     built = asyncio.run(build_report(settings, args.model, args.candidate, args.last, worst=args.worst))
     if built is None:
         print(f"no shadow data for {args.model}: no --candidate given, no candidate pointer, no comparisons")
-        return EXIT_NOTHING
+        return Exit.UNAVAILABLE
     text, totals = built
     print(text)
-    return EXIT_OK if totals.compared else EXIT_NOTHING
+    return Exit.OK if totals.compared else Exit.UNAVAILABLE
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleet.tables import format_table
 from schemas.shadow import Comparison, ComparisonKind, LiveSource
 from versions.stats import ShadowSnapshot
 
@@ -78,23 +79,6 @@ def summarise(comparisons: Sequence[Comparison], *, worst: int = 10) -> RecentSu
     )
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A plain-text table: numeric columns right-aligned, text left-aligned, as wide as their widest cell."""
-    columns = list(zip(headers, *rows, strict=True))
-    widths = [max(len(cell) for cell in column) for column in columns]
-    numeric = [bool(rows) and all(_numeric(cell) for cell in column[1:]) for column in columns]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.rjust(width) if right else cell.ljust(width)
-                         for cell, width, right in zip(cells, widths, numeric, strict=True)).rstrip()
-
-    return [line(headers), "  ".join("-" * width for width in widths), *(line(row) for row in rows)]
-
-
-def _numeric(cell: str) -> bool:
-    return cell == "-" or cell.rstrip("%").lstrip("+-").replace(".", "", 1).isdigit()
-
-
 def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
 
@@ -106,12 +90,12 @@ def _pct(value: float | None) -> str:
 def format_report(model: str, candidate: str, stable: str | None, totals: ShadowSnapshot, recent: RecentSummary,
                   *, last: int) -> str:
     lines = [f"shadow report: {model}  candidate {candidate}  vs  stable {stable or '?'}", ""]
-    lines += table(["", "compared", "agreement", "mean cosine", "recomputed", "errors"], [
+    lines.append(format_table(["", "compared", "agreement", "mean cosine", "recomputed", "errors"], [
         ["all time (stats hash)", str(totals.compared), _pct(totals.agreement), _f(totals.mean_cosine, 6),
          str(totals.recomputed), str(totals.errors)],
         [f"recent (last {last}/partition)", str(recent.count), _pct(recent.agreement), _f(recent.cosine_mean, 6),
          str(recent.recomputed), "-"],
-    ])
+    ]))
     if recent.cosine_min is not None:
         lines.append(f"recent cosine: min {recent.cosine_min:.6f}  mean {_f(recent.cosine_mean, 6)}")
     if recent.label_agreement is not None:
@@ -127,15 +111,15 @@ def format_report(model: str, candidate: str, stable: str | None, totals: Shadow
                      f"{recent.shadow.p50 - recent.live.p50:+.2f}", f"{recent.shadow.p99 - recent.live.p99:+.2f}",
                      _f(None if recent.live_per_row_ms is None or recent.shadow_per_row_ms is None
                         else recent.shadow_per_row_ms - recent.live_per_row_ms, 3)])
-    lines += table(["inference ms (batch)", "mean", "p50", "p99", "per row"], rows)
+    lines.append(format_table(["inference ms (batch)", "mean", "p50", "p99", "per row"], rows))
     lines.append(f"all time: live mean {_f(totals.mean_live_ms)} ms, shadow mean {_f(totals.mean_shadow_ms)} ms")
     lines += ["", f"worst {len(recent.worst)} (lowest cosine / label mismatches):"]
     if recent.worst:
         labelled = any(c.kind is ComparisonKind.classification for c in recent.worst)
         headers = ["request", "live -> shadow label" if labelled else "cosine", "agreed", "source", "input"]
-        lines += table(headers, [
+        lines.append(format_table(headers, [
             [c.id, f"{c.live_label} -> {c.shadow_label}" if c.live_label is not None else _f(c.cosine, 6),
-             "yes" if c.agreed else "NO", c.live_source.value, repr(c.input)] for c in recent.worst])
+             "yes" if c.agreed else "NO", c.live_source.value, repr(c.input)] for c in recent.worst]))
     else:
         lines.append("  none")
     return "\n".join(lines)

@@ -10,21 +10,22 @@ from the table has stopped beating (dead, or stopped cleanly).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 
 from redis.asyncio import Redis
 
 from common.settings import FleetSettings
-from fleet.commands.redis_access import with_redis
 from common.heartbeats import WorkerInfo, drain, is_drained, list_workers, undrain
+from fleet.arguments import command_parser
+from fleet.commands.redis_access import with_redis
+from fleet.exits import Exit
+from fleet.tables import format_table
 
 HEADERS = ("worker", "model", "role", "device", "state", "lag", "version", "heartbeat")
-RIGHT_ALIGNED = frozenset({"lag", "heartbeat"})
-EXIT_OK = 0
+RIGHT_ALIGNED = ("lag", "heartbeat")
 
 
 def state_cell(info: WorkerInfo) -> str:
@@ -37,17 +38,8 @@ def table_rows(workers: Sequence[WorkerInfo]) -> list[tuple[str, ...]]:
             for w in workers]
 
 
-def format_table(workers: Sequence[WorkerInfo]) -> str:
-    """Columns padded to their widest cell; numbers right-aligned."""
-    rows = table_rows(workers)
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(HEADERS)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.rjust(width) if header in RIGHT_ALIGNED else cell.ljust(width)
-                         for header, cell, width in zip(HEADERS, cells, widths, strict=True)).rstrip()
-
-    header = line(HEADERS)
-    return "\n".join([header, "-" * len(header), *(line(r) for r in rows)])
+def workers_table(workers: Sequence[WorkerInfo]) -> str:
+    return format_table(HEADERS, table_rows(workers), right=RIGHT_ALIGNED)
 
 
 def as_json(workers: Sequence[WorkerInfo]) -> str:
@@ -56,8 +48,7 @@ def as_json(workers: Sequence[WorkerInfo]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`fleet workers`: the live workers as a table or JSON."""
-    parser = argparse.ArgumentParser(prog="fleet workers", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("workers", __doc__)
     parser.add_argument("--model", help="only this model's workers")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -69,40 +60,46 @@ def main(argv: list[str] | None = None) -> int:
         elif not workers:
             print("no live workers" + (f" of {args.model}" if args.model else ""))
         else:
-            print(format_table(workers))
-        return EXIT_OK
+            print(workers_table(workers))
+        return Exit.OK
 
     return asyncio.run(with_redis(FleetSettings(), show))
 
 
+def _on_one_worker(command: str, description: str, argv: list[str] | None,
+                   switch: Callable[[Redis, str], Awaitable[str]]) -> int:
+    """`fleet <command> <worker>`: runs `switch` against Redis and prints what it says happened."""
+    parser = command_parser(command, description)
+    parser.add_argument("worker", help="worker id, as `fleet workers` shows it")
+    worker = parser.parse_args(argv).worker
+
+    async def run(redis: Redis) -> int:
+        print(f"{worker} {await switch(redis, worker)}")
+        return Exit.OK
+
+    return asyncio.run(with_redis(FleetSettings(), run))
+
+
+async def _drain(redis: Redis, worker: str) -> str:
+    already = await is_drained(redis, worker)
+    await drain(redis, worker)
+    live = any(w.worker == worker for w in await list_workers(redis))
+    return (f"{'was already' if already else 'is now'} drained"
+            + ("" if live else " (no live worker with this id; the switch applies when it starts)"))
+
+
+async def _undrain(redis: Redis, worker: str) -> str:
+    return "takes work again" if await undrain(redis, worker) else "was not drained"
+
+
 def drain_main(argv: list[str] | None = None) -> int:
     """`fleet drain <worker>`."""
-    parser = argparse.ArgumentParser(prog="fleet drain", description="Take a worker out of service until undrained.")
-    parser.add_argument("worker", help="worker id, as `fleet workers` shows it")
-    args = parser.parse_args(argv)
-
-    async def switch(redis: Redis) -> int:
-        already = await is_drained(redis, args.worker)
-        await drain(redis, args.worker)
-        live = any(w.worker == args.worker for w in await list_workers(redis))
-        print(f"{args.worker} {'was already' if already else 'is now'} drained"
-              + ("" if live else " (no live worker with this id; the switch applies when it starts)"))
-        return EXIT_OK
-
-    return asyncio.run(with_redis(FleetSettings(), switch))
+    return _on_one_worker("drain", "Take a worker out of service until undrained.", argv, _drain)
 
 
 def undrain_main(argv: list[str] | None = None) -> int:
     """`fleet undrain <worker>`."""
-    parser = argparse.ArgumentParser(prog="fleet undrain", description="Let a drained worker take work again.")
-    parser.add_argument("worker", help="worker id, as `fleet workers` shows it")
-    args = parser.parse_args(argv)
-
-    async def switch(redis: Redis) -> int:
-        print(f"{args.worker} " + ("takes work again" if await undrain(redis, args.worker) else "was not drained"))
-        return EXIT_OK
-
-    return asyncio.run(with_redis(FleetSettings(), switch))
+    return _on_one_worker("undrain", "Let a drained worker take work again.", argv, _undrain)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from fleet.commands import cache as cache_cli
 from common.settings import FleetSettings
-from fleet.commands.redis_access import EXIT_REDIS_DOWN
+from fleet.exits import Exit
 from common.topics import ensure_topics
 from schemas.names import cache_generation_key, exact_cache_pattern, semantic_cache_topic
 from workers.cache.exact import CachedOutputs, ExactCache, clear_model_cache, pack_outputs
@@ -135,13 +135,13 @@ async def test_cli_clear_and_stats(redis: Redis, stack: FleetSettings, capsys: p
     neighbour = semantic_cache_topic(f"{model}.x", f"{model}.x-20250101-001")  # a model whose name extends ours
     await ensure_topics(stack.kafka_bootstrap, [*mine, neighbour], 1)
 
-    assert await cache_cli.stats(redis, model) == cache_cli.EXIT_OK
+    assert await cache_cli.stats(redis, model) == Exit.OK
     printed = capsys.readouterr().out
     assert "generation 0" in printed and "maxmemory-policy" not in printed and "policy volatile-lru" in printed
     rows = [line.split() for line in printed.splitlines()]
     assert [version(model, 1), "1", "0"] in rows and [version(model, 2), "2", "0"] in rows
 
-    assert await cache_cli.clear(redis, stack, model, None) == cache_cli.EXIT_OK
+    assert await cache_cli.clear(redis, stack, model, None) == Exit.OK
     printed = capsys.readouterr().out
     assert "3 Redis entries deleted" in printed and "generation now 1" in printed
     remaining = await _topics(stack.kafka_bootstrap)
@@ -152,5 +152,5 @@ async def test_cli_clear_and_stats(redis: Redis, stack: FleetSettings, capsys: p
 
 def test_cli_says_when_redis_is_down(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FLEET_REDIS_URL", "redis://127.0.0.1:1/0")
-    assert cache_cli.main(["stats", "some-model"]) == EXIT_REDIS_DOWN
+    assert cache_cli.main(["stats", "some-model"]) == Exit.UNAVAILABLE
     assert "cannot reach Redis" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 
 from fleet.commands import consistency
 from fleet.commands.consistency import ConsistencySettings, check_consistency, format_report
-from fleet.commands.lag import HEADERS, collect_lag, format_table, table_rows
+from fleet.commands.lag import collect_lag, lag_table
 from fleet.commands.scale import LocalWorkers, ScaleRefused, ScaleSettings, scale
 from common.topics import ensure_topics, partitions_of
 from gateway.client import FleetClient
@@ -136,17 +136,17 @@ async def test_lag_drops_to_zero_once_a_burst_worker_drains(client: FleetClient,
                                for i in range(LAG_BURST)])
 
     [behind] = await collect_lag(bootstrap, [MODEL], interval_s=0.5)
-    print(f"\nbefore draining:\n{format_table(HEADERS, table_rows([behind]))}")
+    print(f"\nbefore draining:\n{lag_table([behind])}")
     assert behind.group == MODEL and behind.lag == LAG_BURST
     assert behind.rate_per_s == 0 and math.isinf(behind.drain_s), "nobody consumes: stalled"
 
     draining = asyncio.create_task(drain(worker_settings, backend))
     during = await collect_lag(bootstrap, [MODEL], interval_s=1.0)
-    print(f"while a burst worker drains:\n{format_table(HEADERS, table_rows(during))}")
+    print(f"while a burst worker drains:\n{lag_table(during)}")
     assert await draining >= LAG_BURST
 
     every = await collect_lag(bootstrap, None, interval_s=0.5)
-    print(f"after draining (every fleet group):\n{format_table(HEADERS, table_rows(every))}")
+    print(f"after draining (every fleet group):\n{lag_table(every)}")
     [after] = [group for group in every if group.group == MODEL]
     assert after.lag == 0 and after.drain_s == 0
     assert all(p.committed == p.end for p in after.partitions if p.committed is not None)

@@ -3,6 +3,7 @@ schedule, and the target checks (no Kafka, Redis or model needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -12,7 +13,7 @@ import pytest
 from fleet.bench.batching import CONFIGS, BatchingConfig
 from fleet.bench.fleet_process import CpuCounters, CpuSplit
 from fleet.bench.raw import RawThroughput, chunks
-from fleet.bench.report import BenchRow, PhaseSummary, check_targets
+from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, results_table
 from fleet.bench.stats import LatencySummary, percentile, poisson_arrivals
 from fleet.bench.workload import (MAX_WORDS, format_histogram, length_histogram, support_queries,
                                   word_count)
@@ -141,3 +142,15 @@ def test_targets_judge_efficiency_latency_bound_and_adaptive_vs_fixed() -> None:
     assert checks["fp32 32/50ms: 50%-load p99 <= delay + 3 x p99 batch compute"].met is False  # 90 > 80
     assert checks["fp32 adaptive throughput within 10% of the best fixed row"].met is True  # 460 / 500 = 0.92
     assert "3.00x" in checks["fp32 adaptive 50%-load p99 vs none"].detail
+
+
+def test_results_and_cpu_tables_line_up_each_row_under_its_header() -> None:
+    rows = [_row("none", 0, 100, 200, 20), dataclasses.replace(_row("32/50ms", 50, 500, 550, 90),
+                                                               saturation_cpu=CpuSplit(1.5, 0.25, 0.5, 0.9))]
+    header, rule, none, fixed = results_table(rows).splitlines()[:4]
+    assert len(rule) == len(header) == len(none) == len(fixed), "numbers right-aligned up to the last column"
+    assert header.split()[:4] == ["config", "prec", "C", "sat"] and fixed.split()[-1] == "0.91"
+    cpu = format_cpu_split(rows).splitlines()
+    assert cpu[-2].split()[2:] == ["1.00", "-", "-", "-", "-"], "a row without CPU counters says so"
+    assert cpu[-1].split()[2:] == ["1.00", "1.50", "0.25", "0.50", "90%"]
+

@@ -189,8 +189,8 @@ def info(worker: str, state: str = "healthy", reason: str = "", lag: int = 0, dr
 
 
 def test_the_table_is_aligned_and_says_why_a_worker_is_unwell() -> None:
-    text = workers_cli.format_table([info("gpu-1", lag=12345),
-                                     info("gpu-22", "failed", "3 consecutive device errors", drained=True)])
+    text = workers_cli.workers_table([info("gpu-1", lag=12345),
+                                      info("gpu-22", "failed", "3 consecutive device errors", drained=True)])
     header, rule, first, second = text.splitlines()
     assert header.split() == ["worker", "model", "role", "device", "state", "lag", "version", "heartbeat"]
     assert len(rule) == len(header)

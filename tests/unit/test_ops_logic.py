@@ -7,16 +7,14 @@ import numpy as np
 import pytest
 
 from fleet.commands.consistency import (
-    EXIT_AGREES,
-    EXIT_DISAGREES,
-    EXIT_NOTHING_COMPARED,
     Comparison,
     ConsistencyReport,
     format_report,
     row_cosines,
 )
-from fleet.commands.lag import HEADERS, STALLED, GroupLag, PartitionLag, drain_seconds, format_duration, format_table, table_rows
+from fleet.commands.lag import STALLED, GroupLag, PartitionLag, drain_seconds, format_duration, lag_table
 from fleet.commands.scale import ScaleRefused, plan_scale, worker_id, worker_number
+from fleet.exits import Exit
 
 # --- lag --------------------------------------------------------------------------------------
 
@@ -56,7 +54,7 @@ def test_group_drains_at_its_total_rate_and_stalls_only_without_progress() -> No
 
 def test_table_is_aligned_with_a_total_line_per_group() -> None:
     groups = [GroupLag("minilm-embed", (partition(0, 5, 105, 20.0), partition(11, None, 3, 0.0)))]
-    text = format_table(HEADERS, table_rows(groups))
+    text = lag_table(groups)
     lines = text.splitlines()
     assert len(lines) == 2 + 3
     assert len({len(line) for line in lines[:1] + lines[2:4]}) == 1, "partition rows line up with the header"
@@ -133,12 +131,12 @@ def test_row_cosines_compare_matching_rows() -> None:
 def test_agreement_rate_and_exit_codes() -> None:
     passing = report(*([1.0] * 99 + [0.98]))
     assert (passing.agreed, passing.compared, passing.agreement) == (99, 100, 0.99)
-    assert passing.exit_code == EXIT_AGREES
+    assert passing.exit_code == Exit.OK
     failing = report(*([1.0] * 98 + [0.98, 0.9]))
-    assert failing.exit_code == EXIT_DISAGREES
-    assert report(0.9991, 0.999).exit_code == EXIT_AGREES, "the threshold itself agrees"
+    assert failing.exit_code == Exit.FAILED
+    assert report(0.9991, 0.999).exit_code == Exit.OK, "the threshold itself agrees"
     nothing = report(skipped=Counter({"no live result": 3}))
-    assert nothing.agreement is None and nothing.exit_code == EXIT_NOTHING_COMPARED
+    assert nothing.agreement is None and nothing.exit_code == Exit.UNAVAILABLE
 
 
 def test_worst_cases_come_first_and_the_report_says_what_was_skipped() -> None:

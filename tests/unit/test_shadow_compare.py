@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from aiokafka import TopicPartition
 
-from fleet.commands.shadow_report import summarise, table, worst_first
+from fleet.commands.shadow_report import summarise, worst_first
 from versions.stats import ShadowSnapshot
 from schemas.shadow import Comparison, ComparisonKind, LiveSource, excerpt
 from schemas.wire import CacheTier, Request, Result, Status, WireError, new_request_id
@@ -190,11 +190,6 @@ def test_summary_and_worst_first() -> None:
     assert summary.live_per_row_ms == 5.0 and summary.shadow_per_row_ms == 2.0
     agreeing_label = comparison(cosine_value=None, kind=ComparisonKind.classification, live_label="a", shadow_label="a")
     assert worst_first([agreeing_label], 5) == []
-
-
-def test_table_aligns_numbers_right() -> None:
-    lines = table(["name", "n"], [["a", "1"], ["bbb", "100"]])
-    assert lines == ["name    n", "----  ---", "a       1", "bbb   100"]
 
 
 # --- replay windows ---------------------------------------------------------------------------
