@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import time
 from collections.abc import Awaitable
@@ -32,12 +31,13 @@ from contextlib import AsyncExitStack
 from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from prometheus_client import start_http_server
 from redis.asyncio import Redis
 
 from schemas.names import comparisons_topic, consumer_group, requests_topic
 from common.clients import open_clients
 from workers.delivery.offsets import backlog_drained, commit_records
+from workers.health.endpoints import health_endpoints
+from workers.health.probes import ProcessProbes
 from workers.shadow.engine import (BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings,
                                    yield_cpu_to_live_workers)
 
@@ -155,17 +155,16 @@ async def serve_shadow(settings: ShadowSettings, *, burst: bool = False) -> int:
     """Run one shadow process until SIGTERM (or, in burst mode, a drained backlog): the entry
     point behind `FLEET_ROLE=shadow fleet-worker` and `fleet shadow run`. Returns records read."""
     yield_cpu_to_live_workers(settings)
-    async with ShadowWorker(settings) as worker:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_stop)
-        if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
+    worker = ShadowWorker(settings)
+    probes = ProcessProbes(worker.worker_id)
+    async with health_endpoints(probes, worker.metrics.registry, host=settings.metrics_host,
+                                port=settings.metrics_port), worker:
+        probes.stop_on_signals(worker.request_stop)
         engine = worker.engine
         print(f"shadow {worker.worker_id} ready: model {settings.model}, candidate "
               f"{engine.candidate or 'none (idle until a candidate pointer appears)'}, stable {engine.stable}",
               flush=True)
-        await worker.run(burst=burst)
+        await probes.watch(worker.run(burst=burst))
     totals = engine.totals
     print(f"shadow stopped: {totals.records} records, {totals.compared} compared, {totals.agreed} agreed, "
           f"skipped {dict(totals.skipped)}", flush=True)
