@@ -71,3 +71,14 @@ async def test_a_worker_without_its_device_is_alive_but_never_ready(
     not_ready = await answer_when(f"{base}/readyz", 503)
     assert not_ready["reason"].startswith("device unavailable: device 'cuda'"), not_ready
     assert (await answer_when(f"{base}/livez", 200))["live"], "restarting would not bring the device back"
+
+
+async def test_a_shadow_worker_is_ready_while_it_compares_and_stops_cleanly(
+        processes: list[Process], tmp_path: Path) -> None:
+    port = free_port()
+    shadow = start_worker(processes, tmp_path, "k8s-shadow", FLEET_ROLE="shadow", FLEET_METRICS_PORT=str(port))
+    base = f"http://127.0.0.1:{port}"
+    assert (await answer_when(f"{base}/readyz", 200))["worker"] == "k8s-shadow"
+    assert (await answer_when(f"{base}/livez", 200))["phase"] == "serving"
+    assert "fleet_shadow" in httpx.get(f"{base}/metrics").text
+    assert shadow.stop(signal.SIGTERM) == 0, shadow.log_path.read_text()[-2000:]
