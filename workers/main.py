@@ -4,9 +4,9 @@ import argparse
 import asyncio
 import logging
 
-from prometheus_client import start_http_server
-
 from common.logs import configure_logging
+from workers.health.endpoints import health_endpoints
+from workers.health.probes import WorkerProbes
 from workers.worker import Worker
 from workers.settings import Role, WorkerSettings
 from workers.shadow.worker import ShadowSettings, serve_shadow
@@ -14,19 +14,21 @@ from workers.fallback import PrimaryTakeover
 
 
 async def serve(settings: WorkerSettings, *, burst: bool) -> int:
-    async with Worker(settings) as worker:
-        worker.stop_on_signals()
-        if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
+    worker = Worker(settings)
+    probes = WorkerProbes(worker)
+    # The health port opens before the model loads: /livez answers while it loads, /readyz says "starting".
+    async with health_endpoints(probes, worker.metrics.registry, host=settings.metrics_host,
+                                port=settings.metrics_port), worker:
+        probes.stop_on_signals(worker.request_stop)
         if worker.unavailable is not None:
             print(f"worker {worker.worker_id} failed at start: {worker.unavailable}", flush=True)
-            return await worker.run()
+            return await probes.watch(worker.run())
         print(f"worker {worker.worker_id} ready: model {settings.model} version {worker.backend.manifest.id}", flush=True)
         if settings.role is not Role.fallback or burst:
-            return await worker.run(burst=burst)
+            return await probes.watch(worker.run(burst=burst))
         takeover = asyncio.create_task(PrimaryTakeover(worker, grace_s=settings.takeover_after_s).watch())
         try:
-            return await worker.run()
+            return await probes.watch(worker.run())
         finally:
             takeover.cancel()
             await asyncio.gather(takeover, return_exceptions=True)

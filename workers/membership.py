@@ -9,7 +9,6 @@ before anything else closes, so partitions move while the producer can still del
 from __future__ import annotations
 
 import asyncio
-import signal
 from contextlib import AsyncExitStack
 from typing import Self
 
@@ -75,12 +74,6 @@ class KafkaMember:
     def assignment(self) -> frozenset[TopicPartition]:
         """Partitions this member owns right now (empty before it joins)."""
         return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
-
-    def stop_on_signals(self) -> None:
-        """SIGTERM and SIGINT ask `run()` to finish and return (the process's entry points)."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:

@@ -52,9 +52,14 @@ class WorkerSettings(FleetSettings):
     device_memory_headroom: float = Field(0.15, ge=0, lt=1, description="Fraction of device memory kept free "
                                           "(seed §4.3: 10-20%); CUDA only")
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
+<<<<<<< HEAD
     reply_stream_maxlen: int = Field(100_000, ge=100, description="Approximate cap on a waiter's reply stream "
                                      "(entries), so a waiter that stopped reading cannot grow it without bound")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")
+=======
+    metrics_port: int | None = Field(None, description="Serve Prometheus metrics (/metrics) and the health "
+                                     "endpoints (/livez, /healthz, /readyz) on this port")
+>>>>>>> k8s
     redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "
                                        "debug traces, on top of e-mails, phone and card numbers")
     metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds; 0.0.0.0 in containers")

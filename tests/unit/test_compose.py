@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 
 from common.settings import ENV_PREFIX, FleetSettings
 from gateway.settings import GatewaySettings
+from tests.unit.fleet_env import env_names, settings_class, settings_from, unknown_fleet_names
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,18 +42,10 @@ def _environment(service: dict[str, Any]) -> dict[str, str]:
 
 def _settings_class(service: dict[str, Any]) -> type[FleetSettings] | None:
     """The settings class the service's process builds; None for third-party images."""
-    command = _command(service)
-    if command[:1] == ["fleet-worker"]:
-        return WorkerSettings
-    if command[:1] == ["fleet-gateway"]:
-        return GatewaySettings
-    if service.get("image") == APP_IMAGE:
-        return FleetSettings  # e.g. the one-shot model build: shared settings only
-    return None
-
-
-def _env_names(cls: type[FleetSettings]) -> set[str]:
-    return {ENV_PREFIX + name.upper() for name in cls.model_fields}
+    known = settings_class(_command(service), _environment(service))
+    if known is None and service.get("image") == APP_IMAGE:
+        return FleetSettings  # another one-shot of the fleet's image: shared settings only
+    return known
 
 
 def test_has_kafka_redis_gateway_and_two_workers() -> None:
@@ -74,7 +66,7 @@ def test_fleet_env_names_are_settings_fields(name: str) -> None:
     if cls is None:
         assert not fleet_env, f"{name} is not a fleet process but sets {sorted(fleet_env)}"
         return
-    unknown = fleet_env - _env_names(cls)
+    unknown = unknown_fleet_names(fleet_env, cls)
     assert not unknown, f"{name}: {sorted(unknown)} are not fields of {cls.__name__}"
 
 
@@ -84,11 +76,7 @@ def test_fleet_env_values_validate(name: str, monkeypatch: pytest.MonkeyPatch) -
     cls = _settings_class(service)
     if cls is None:
         return
-    for key in [key for key in os.environ if key.startswith(ENV_PREFIX)]:
-        monkeypatch.delenv(key)
-    for key, value in _environment(service).items():
-        monkeypatch.setenv(key, value)
-    cls()  # raises when a value does not parse as the field's type
+    settings_from(cls, _environment(service), monkeypatch)  # raises when a value does not parse
 
 
 def test_services_reach_each_other_by_service_name() -> None:
@@ -118,4 +106,4 @@ def test_kafka_image_is_the_local_stack_version() -> None:
 def test_dockerfile_env_names_are_shared_settings_fields() -> None:
     names = set(re.findall(r"\b(FLEET_[A-Z0-9_]+)=", DOCKERFILE.read_text()))
     assert names, "the Dockerfile sets the registry location"
-    assert names <= _env_names(FleetSettings)
+    assert names <= env_names(FleetSettings)

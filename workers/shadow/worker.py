@@ -28,11 +28,12 @@ import socket
 import time
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
-from prometheus_client import start_http_server
 from redis.asyncio import Redis
 
 from schemas.names import consumer_group
 from workers.delivery.offsets import backlog_drained, commit_records
+from workers.health.endpoints import health_endpoints
+from workers.health.probes import ProcessProbes
 from workers.membership import group_consumer
 from workers.shadow.member import ShadowMember
 from workers.shadow.engine import BackendLoader, ShadowMetrics, ShadowSettings, yield_cpu_to_live_workers
@@ -97,15 +98,16 @@ async def serve_shadow(settings: ShadowSettings, *, burst: bool = False) -> int:
     """Run one shadow process until SIGTERM (or, in burst mode, a drained backlog): the entry
     point behind `FLEET_ROLE=shadow fleet-worker` and `fleet shadow run`. Returns records read."""
     yield_cpu_to_live_workers(settings)
-    async with ShadowWorker(settings) as worker:
-        worker.stop_on_signals()
-        if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=worker.metrics.registry)
+    worker = ShadowWorker(settings)
+    probes = ProcessProbes(worker.worker_id)
+    async with health_endpoints(probes, worker.metrics.registry, host=settings.metrics_host,
+                                port=settings.metrics_port), worker:
+        probes.stop_on_signals(worker.request_stop)
         engine = worker.engine
         print(f"shadow {worker.worker_id} ready: model {settings.model}, candidate "
               f"{engine.candidate or 'none (idle until a candidate pointer appears)'}, stable {engine.stable}",
               flush=True)
-        await worker.run(burst=burst)
+        await probes.watch(worker.run(burst=burst))
     totals = engine.totals
     print(f"shadow stopped: {totals.records} records, {totals.compared} compared, {totals.agreed} agreed, "
           f"skipped {dict(totals.skipped)}", flush=True)
