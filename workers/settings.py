@@ -5,6 +5,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from common.settings import FleetSettings
+from models.loading import BackendName, Device, GraphOptimization, Precision, RuntimeOptions, RuntimeSpec
 
 
 class Role(StrEnum):
@@ -26,10 +27,10 @@ class BatchPolicyName(StrEnum):
 class WorkerSettings(FleetSettings):
     model: str = Field("minilm-embed", description="Model this worker serves")
     model_version: str | None = Field(None, description="Pin a registered version; default the newest of `precision`")
-    precision: str = Field("fp32", description="Precision to pick when no version is pinned: fp32 | int8")
+    precision: Precision = Field("fp32", description="Precision to pick when no version is pinned: fp32 | int8")
     role: Role = Role.primary
-    device: str = Field("cpu", description="cpu | cuda")
-    backend: str = Field("onnxruntime", description="onnxruntime | torch")
+    device: Device = Field("cpu", description="cpu | cuda")
+    backend: BackendName = Field("onnxruntime", description="onnxruntime | torch")
     worker_id: str | None = Field(None, description="Stable id for logs, heartbeats and results; default host-pid")
     max_batch_size: int = Field(32, ge=1, le=4096)
     max_queue_delay_ms: float = Field(20.0, ge=0, description="Longest a record waits for its batch to fill, "
@@ -44,7 +45,7 @@ class WorkerSettings(FleetSettings):
     intra_op_threads: int = Field(0, ge=0, description="Intra-op threads of ONNX Runtime or torch; 0 lets the runtime decide")
     intra_op_spinning: bool = Field(True, description="Let idle ONNX Runtime threads busy-wait for the next "
                                     "batch (ORT's default); off leaves the CPU to the event loop, Kafka and Redis")
-    graph_optimization: str = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
+    graph_optimization: GraphOptimization = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
     warmup: bool = Field(True, description="Run the common shapes once at load so the first batches are not slow")
     max_input_tokens: int = Field(256, ge=8, description="Longest input in tokens (also capped by the model)")
     overlong_inputs: OverlongInputs = Field(OverlongInputs.truncate, description="truncate: cut inputs at "
@@ -106,4 +107,15 @@ class WorkerSettings(FleetSettings):
     semantic_only_when_paying: bool = Field(True, description="Look up every batch only while hits save more "
                                             "model time than the encoder costs; otherwise one batch in 50")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
-    semantic_encoder_precision: str = Field("int8", description="Precision of the semantic cache's encoder")
+    semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
+
+    def runtime(self) -> RuntimeSpec:
+        """What loading this worker's model needs (see models/loading.py)."""
+        return RuntimeSpec(
+            registry_dir=self.registry_dir, model=self.model, version=self.model_version,
+            precision=self.precision, backend=self.backend,
+            options=RuntimeOptions(device=self.device, intra_op_threads=self.intra_op_threads,
+                                   spinning=self.intra_op_spinning, graph_optimization=self.graph_optimization,
+                                   warmup=self.warmup, max_input_tokens=self.max_input_tokens,
+                                   length_bucket_size=self.length_bucket_size,
+                                   memory_headroom=self.device_memory_headroom))

@@ -24,6 +24,7 @@ from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consum
 from schemas.wire import Status, now_ms
 from models.backends.base import Backend
 from models.backends.onnx import DeviceUnavailable
+from models.loading import ModelLoader
 from workers.health.faults import FaultInjector
 from workers.health.monitor import HealthState
 from workers.delivery.offsets import backlog_drained, commit_records
@@ -40,19 +41,12 @@ from workers.observability.tracing import DebugTracer
 from workers.compute.triage import Provenance
 from workers.cache.batch import BatchCaches
 from common.clients import open_clients
-from workers.serving.loading import encoder_loader, resident_size, version_loader
 from workers.serving.model_set import ModelSet
 from workers.serving.pointer_watch import PointerWatcher
 from workers.delivery.version_stats import record_versions
 from versions.stats import VersionStatsRecorder
 
 log = logging.getLogger(__name__)
-
-
-def load_backend(settings: WorkerSettings) -> Backend:
-    from models.backends.loader import load_backend_for
-
-    return load_backend_for(settings)
 
 
 async def _cancelled(task: "asyncio.Task[None]") -> None:
@@ -132,10 +126,11 @@ class Worker:
             return
         self._started = True
         faults = FaultInjector.from_settings(self.settings)
+        loader = ModelLoader(self.settings.runtime())
         if self._backend is None:
             started = time.perf_counter()
             try:
-                loaded = await asyncio.to_thread(load_backend, self.settings)
+                loaded = await asyncio.to_thread(loader.load)
             except DeviceUnavailable as exc:
                 # The configured device is absent: report failed and serve nothing, never silently on CPU.
                 self._unavailable = str(exc)
@@ -146,9 +141,10 @@ class Worker:
         inner = self._backend
         self._backend = faults.wrap(inner)
         self.faults = faults
-        self._models = ModelSet(self._backend, self._load_version or version_loader(self.settings, faults),
+        self._models = ModelSet(self._backend,
+                               self._load_version or (lambda version: faults.wrap(loader.load_version(version))),
                                budget_bytes=int(self.settings.model_memory_budget_mb * 2**20),
-                               size_of=resident_size(self.settings), on_load=self._loaded)
+                               size_of=loader.resident_size, on_load=self._loaded)
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
             topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
@@ -160,7 +156,9 @@ class Worker:
         self._sink = ResultSink(self._redis, self._producer, result_ttl_s=self.settings.result_ttl_s)
         self._stats = VersionStatsRecorder(self._redis, self.settings.model)
         self.caches = BatchCaches(self.settings, redis=self._redis, producer=self._producer, metrics=self.metrics.cache,
-                                  load_encoder=encoder_loader(self.settings), task=self.backend.manifest.task)
+                                  load_encoder=lambda: loader.load_encoder(self.settings.semantic_encoder_model,
+                                                                           self.settings.semantic_encoder_precision),
+                                  task=self.backend.manifest.task)
         await self.caches.start()
         self._exit.push_async_callback(self.caches.stop)
         self.pointers = PointerWatcher(self._redis, self.settings.model, self.models, poll_s=self.settings.pointer_poll_s)
