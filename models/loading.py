@@ -19,13 +19,15 @@ from typing import Literal, get_args
 
 from models.backends.base import Backend
 from models.backends.options import Device, GraphOptimization, RuntimeOptions
+from models.backends.sim import SimBackend, SimDevice
 from models.registry import ModelManifest, ModelRegistry, Precision
 
-BackendName = Literal["onnxruntime", "torch"]
+# sim: a simulated device for benchmarks (models/backends/sim.py), never a serving mode.
+BackendName = Literal["onnxruntime", "torch", "sim"]
 BACKENDS: tuple[str, ...] = get_args(BackendName)
 
 __all__ = ["BACKENDS", "BackendName", "Device", "GraphOptimization", "ModelLoader", "Precision", "RuntimeOptions",
-           "RuntimeSpec"]
+           "RuntimeSpec", "SimDevice"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class RuntimeSpec:
     precision: Precision = "fp32"
     backend: BackendName = "onnxruntime"
     options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    sim: SimDevice | None = None  # the simulated device of backend "sim"
 
 
 class ModelLoader:
@@ -46,6 +49,8 @@ class ModelLoader:
     def __init__(self, spec: RuntimeSpec) -> None:
         if spec.backend not in BACKENDS:
             raise ValueError(f"unknown backend {spec.backend!r}; expected one of {BACKENDS}")
+        if spec.backend == "sim" and spec.sim is None:
+            raise ValueError("backend 'sim' needs a simulated device: a preset or its a, b, c times")
         self.spec = spec
         self.registry = ModelRegistry(spec.registry_dir)
         self._sizes: dict[str, int] = {}
@@ -79,6 +84,8 @@ class ModelLoader:
     def _open(self, manifest: ModelManifest, backend: str, options: RuntimeOptions) -> Backend:
         if backend == "torch":
             return _open_torch(self.registry, manifest, options)
+        if backend == "sim" and self.spec.sim is not None:
+            return SimBackend.load(self.registry, manifest, self.spec.sim, options)
         from models.backends.onnx import OnnxEmbeddingBackend
 
         return OnnxEmbeddingBackend.load(self.registry, manifest, options)

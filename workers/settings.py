@@ -2,9 +2,10 @@
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from common.settings import FleetSettings
+from models.backends.sim import PRESETS, sim_device
 from models.loading import BackendName, Device, GraphOptimization, Precision, RuntimeOptions, RuntimeSpec
 
 
@@ -24,13 +25,17 @@ class BatchPolicyName(StrEnum):
     fixed = "fixed"
 
 
+PRODUCTION_NAMES = ("production", "prod")
+
+
 class WorkerSettings(FleetSettings):
     model: str = Field("minilm-embed", description="Model this worker serves")
     model_version: str | None = Field(None, description="Pin a registered version; default the newest of `precision`")
     precision: Precision = Field("fp32", description="Precision to pick when no version is pinned: fp32 | int8")
     role: Role = Role.primary
     device: Device = Field("cpu", description="cpu | cuda")
-    backend: BackendName = Field("onnxruntime", description="onnxruntime | torch")
+    backend: BackendName = Field("onnxruntime", description="onnxruntime | torch | sim (a simulated device for "
+                                 "benchmarks and capacity planning, refused in production)")
     worker_id: str | None = Field(None, description="Stable id for logs, heartbeats and results; default host-pid")
     max_batch_size: int = Field(32, ge=1, le=4096)
     max_queue_delay_ms: float = Field(20.0, ge=0, description="Longest a record waits for its batch to fill, "
@@ -108,12 +113,25 @@ class WorkerSettings(FleetSettings):
                                             "model time than the encoder costs; otherwise one batch in 50")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
+    sim_preset: str | None = Field(None, description=f"backend=sim: the simulated device, one of {sorted(PRESETS)}")
+    sim_a_ms: float | None = Field(None, ge=0, description="backend=sim: ms per batch (replaces the preset's)")
+    sim_b_ms: float | None = Field(None, ge=0, description="backend=sim: ms per row (replaces the preset's)")
+    sim_c_ms: float | None = Field(None, ge=0, description="backend=sim: ms per padded token (replaces the preset's)")
+
+    @model_validator(mode="after")
+    def _no_simulated_device_in_production(self) -> "WorkerSettings":
+        # The sim backend answers with made-up rows: a stray FLEET_BACKEND=sim must never serve users.
+        if self.backend == "sim" and self.environment.strip().lower() in PRODUCTION_NAMES:
+            raise ValueError(f"backend=sim is a simulated device for benchmarks and capacity planning; it is "
+                             f"refused in production (environment={self.environment!r})")
+        return self
 
     def runtime(self) -> RuntimeSpec:
         """What loading this worker's model needs (see models/loading.py)."""
         return RuntimeSpec(
             registry_dir=self.registry_dir, model=self.model, version=self.model_version,
             precision=self.precision, backend=self.backend,
+            sim=sim_device(self.sim_preset, self.sim_a_ms, self.sim_b_ms, self.sim_c_ms) if self.backend == "sim" else None,
             options=RuntimeOptions(device=self.device, intra_op_threads=self.intra_op_threads,
                                    spinning=self.intra_op_spinning, graph_optimization=self.graph_optimization,
                                    warmup=self.warmup, max_input_tokens=self.max_input_tokens,

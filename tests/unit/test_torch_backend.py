@@ -268,10 +268,10 @@ def test_loader_picks_the_backend_the_settings_name(registry: ModelRegistry, man
 
 
 def test_an_unknown_backend_is_refused_by_the_settings_and_the_loader(registry: ModelRegistry) -> None:
-    with pytest.raises(ValidationError, match=r"backend\n  Input should be 'onnxruntime' or 'torch'"):
+    with pytest.raises(ValidationError, match=r"backend\n  Input should be 'onnxruntime', 'torch' or 'sim'"):
         WorkerSettings(model_dir=registry.root, backend="tensorrt")  # type: ignore[arg-type]
     spec = replace(WorkerSettings(model_dir=registry.root).runtime(), backend="tensorrt")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"unknown backend 'tensorrt'; expected one of \('onnxruntime', 'torch'\)"):
+    with pytest.raises(ValueError, match=r"unknown backend 'tensorrt'; expected one of \('onnxruntime', 'torch', 'sim'\)"):
         ModelLoader(spec)
 
 
