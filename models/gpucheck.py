@@ -30,6 +30,7 @@ import torch
 
 from models.backends.errors import DeviceError, DeviceOutOfMemory
 from models.backends.onnx import OnnxEmbeddingBackend
+from models.backends.options import RuntimeOptions
 from models.backends.torch_backend import TorchEmbeddingBackend
 from models.build.sentences import SERVING_SENTENCES
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
@@ -110,10 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # 1. Accuracy.
     load_started = time.monotonic()
-    gpu = TorchEmbeddingBackend.load(registry, manifest, device="cuda", warmup=True)
+    gpu = TorchEmbeddingBackend.load(registry, manifest, RuntimeOptions(device="cuda", warmup=True))
     figures["cuda_load_s"] = round(time.monotonic() - load_started, 2)
-    cpu = TorchEmbeddingBackend.load(registry, manifest, device="cpu")
-    onnx = OnnxEmbeddingBackend.load(registry, manifest, device="cpu")
+    cpu = TorchEmbeddingBackend.load(registry, manifest)
+    onnx = OnnxEmbeddingBackend.load(registry, manifest)
     on_gpu = gpu.infer(texts)
     assert gpu.dtype == "float16" and on_gpu.dtype == np.float32
     one_by_one = np.concatenate([gpu.infer([text]) for text in texts])

@@ -14,17 +14,16 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from models.backends.base import Backend
+from models.loading import ModelLoader
 from versions.stats import VersionStatsRecorder
 from workers.batching.policy import BatchPolicy
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
 from workers.delivery.sink import ResultSink
-from workers.health.faults import FaultInjector
 from workers.health.supervisor import Supervisor
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.redaction import Redactor
 from workers.observability.tracing import DebugTracer
-from workers.serving.loading import encoder_loader, resident_size, version_loader
 from workers.serving.model_set import ModelSet
 from workers.serving.pointer_watch import PointerWatcher
 from workers.settings import WorkerSettings
@@ -57,22 +56,25 @@ async def _cancelled(task: "asyncio.Task[None]") -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-def serving_set(settings: WorkerSettings, first: Backend, faults: FaultInjector,
-                load_version: Callable[[str], Backend] | None, metrics: WorkerMetrics) -> ModelSet:
+def serving_set(settings: WorkerSettings, first: Backend, load_version: Callable[[str], Backend], loader: ModelLoader,
+                metrics: WorkerMetrics) -> ModelSet:
     """The resident versions, starting with `first`; further versions load like it (hot swaps)."""
-    return ModelSet(first, load_version or version_loader(settings, faults),
-                    budget_bytes=int(settings.model_memory_budget_mb * 2**20), size_of=resident_size(settings),
+    return ModelSet(first, load_version, budget_bytes=int(settings.model_memory_budget_mb * 2**20),
+                    size_of=loader.resident_size,
                     on_load=lambda backend, seconds: metrics.observe_load(settings.model, backend, seconds))
 
 
-async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: ModelSet, probe: Callable[[], None],
+async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: ModelSet, loader: ModelLoader,
+                   probe: Callable[[], None],
                    redis: Redis, producer: AIOKafkaProducer, metrics: WorkerMetrics,
                    exit_stack: AsyncExitStack) -> WorkerParts:
     stable = models.serving.stable
     policy = BatchPolicy(settings.max_batch_size, settings.max_queue_delay_ms, settings.batch_policy,
                          settings.preferred_batch_sizes)
     caches = BatchCaches(settings, redis=redis, producer=producer, metrics=metrics.cache,
-                         load_encoder=encoder_loader(settings), task=stable.manifest.task)
+                         load_encoder=lambda: loader.load_encoder(settings.semantic_encoder_model,
+                                                                  settings.semantic_encoder_precision),
+                         task=stable.manifest.task)
     await caches.start()
     exit_stack.push_async_callback(caches.stop)
     pointers = PointerWatcher(redis, settings.model, models, poll_s=settings.pointer_poll_s)

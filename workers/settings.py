@@ -2,9 +2,11 @@
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from common.settings import FleetSettings
+from models.backends.sim import PRESETS, sim_device
+from models.loading import BackendName, Device, GraphOptimization, Precision, RuntimeOptions, RuntimeSpec
 
 
 class Role(StrEnum):
@@ -23,13 +25,17 @@ class BatchPolicyName(StrEnum):
     fixed = "fixed"
 
 
+PRODUCTION_NAMES = ("production", "prod")
+
+
 class WorkerSettings(FleetSettings):
     model: str = Field("minilm-embed", description="Model this worker serves")
     model_version: str | None = Field(None, description="Pin a registered version; default the newest of `precision`")
-    precision: str = Field("fp32", description="Precision to pick when no version is pinned: fp32 | int8")
+    precision: Precision = Field("fp32", description="Precision to pick when no version is pinned: fp32 | int8")
     role: Role = Role.primary
-    device: str = Field("cpu", description="cpu | cuda")
-    backend: str = Field("onnxruntime", description="onnxruntime | torch")
+    device: Device = Field("cpu", description="cpu | cuda")
+    backend: BackendName = Field("onnxruntime", description="onnxruntime | torch | sim (a simulated device for "
+                                 "benchmarks and capacity planning, refused in production)")
     worker_id: str | None = Field(None, description="Stable id for logs, heartbeats and results; default host-pid")
     max_batch_size: int = Field(32, ge=1, le=4096)
     max_queue_delay_ms: float = Field(20.0, ge=0, description="Longest a record waits for its batch to fill, "
@@ -44,7 +50,7 @@ class WorkerSettings(FleetSettings):
     intra_op_threads: int = Field(0, ge=0, description="Intra-op threads of ONNX Runtime or torch; 0 lets the runtime decide")
     intra_op_spinning: bool = Field(True, description="Let idle ONNX Runtime threads busy-wait for the next "
                                     "batch (ORT's default); off leaves the CPU to the event loop, Kafka and Redis")
-    graph_optimization: str = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
+    graph_optimization: GraphOptimization = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
     warmup: bool = Field(True, description="Run the common shapes once at load so the first batches are not slow")
     max_input_tokens: int = Field(256, ge=8, description="Longest input in tokens (also capped by the model)")
     overlong_inputs: OverlongInputs = Field(OverlongInputs.truncate, description="truncate: cut inputs at "
@@ -52,14 +58,10 @@ class WorkerSettings(FleetSettings):
     device_memory_headroom: float = Field(0.15, ge=0, lt=1, description="Fraction of device memory kept free "
                                           "(seed §4.3: 10-20%); CUDA only")
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
-<<<<<<< HEAD
     reply_stream_maxlen: int = Field(100_000, ge=100, description="Approximate cap on a waiter's reply stream "
                                      "(entries), so a waiter that stopped reading cannot grow it without bound")
-    metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port")
-=======
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics (/metrics) and the health "
                                      "endpoints (/livez, /healthz, /readyz) on this port")
->>>>>>> k8s
     redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "
                                        "debug traces, on top of e-mails, phone and card numbers")
     metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds; 0.0.0.0 in containers")
@@ -113,4 +115,28 @@ class WorkerSettings(FleetSettings):
     semantic_only_when_paying: bool = Field(True, description="Look up every batch only while hits save more "
                                             "model time than the encoder costs; otherwise one batch in 50")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
-    semantic_encoder_precision: str = Field("int8", description="Precision of the semantic cache's encoder")
+    semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
+    sim_preset: str | None = Field(None, description=f"backend=sim: the simulated device, one of {sorted(PRESETS)}")
+    sim_a_ms: float | None = Field(None, ge=0, description="backend=sim: ms per batch (replaces the preset's)")
+    sim_b_ms: float | None = Field(None, ge=0, description="backend=sim: ms per row (replaces the preset's)")
+    sim_c_ms: float | None = Field(None, ge=0, description="backend=sim: ms per padded token (replaces the preset's)")
+
+    @model_validator(mode="after")
+    def _no_simulated_device_in_production(self) -> "WorkerSettings":
+        # The sim backend answers with made-up rows: a stray FLEET_BACKEND=sim must never serve users.
+        if self.backend == "sim" and self.environment.strip().lower() in PRODUCTION_NAMES:
+            raise ValueError(f"backend=sim is a simulated device for benchmarks and capacity planning; it is "
+                             f"refused in production (environment={self.environment!r})")
+        return self
+
+    def runtime(self) -> RuntimeSpec:
+        """What loading this worker's model needs (see models/loading.py)."""
+        return RuntimeSpec(
+            registry_dir=self.registry_dir, model=self.model, version=self.model_version,
+            precision=self.precision, backend=self.backend,
+            sim=sim_device(self.sim_preset, self.sim_a_ms, self.sim_b_ms, self.sim_c_ms) if self.backend == "sim" else None,
+            options=RuntimeOptions(device=self.device, intra_op_threads=self.intra_op_threads,
+                                   spinning=self.intra_op_spinning, graph_optimization=self.graph_optimization,
+                                   warmup=self.warmup, max_input_tokens=self.max_input_tokens,
+                                   length_bucket_size=self.length_bucket_size,
+                                   memory_headroom=self.device_memory_headroom))

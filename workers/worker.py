@@ -22,6 +22,7 @@ from common.clients import open_clients, redis_client
 from common.heartbeats import HealthState
 from models.backends.base import Backend
 from models.backends.onnx import DeviceUnavailable
+from models.loading import ModelLoader
 from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,
                            requests_topic)
 from schemas.wire import Status, now_ms
@@ -44,12 +45,6 @@ from workers.serving.model_set import ModelSet
 from workers.settings import OverlongInputs, Role, WorkerSettings
 
 log = logging.getLogger(__name__)
-
-
-def load_backend(settings: WorkerSettings) -> Backend:
-    from models.backends.loader import load_backend_for
-
-    return load_backend_for(settings)
 
 
 class Worker(KafkaMember):
@@ -142,23 +137,26 @@ class Worker(KafkaMember):
 
     async def _open(self) -> None:
         self.faults = FaultInjector.from_settings(self.settings)
+        loader = ModelLoader(self.settings.runtime())
         if self._backend is None:
             started = time.perf_counter()
             try:
-                self._backend = await asyncio.to_thread(load_backend, self.settings)
+                self._backend = await asyncio.to_thread(loader.load)
             except DeviceUnavailable as exc:
                 # The configured device is absent: report failed and serve nothing, never silently on CPU.
                 await self._start_unavailable(str(exc))
                 return
             self.metrics.observe_load(self.settings.model, self._backend, time.perf_counter() - started)
         inner = self._backend
-        models = serving_set(self.settings, self.faults.wrap(inner), self.faults, self._load_version, self.metrics)
+        load_version = self._load_version or (lambda version: self.faults.wrap(loader.load_version(version)))
+        models = serving_set(self.settings, self.faults.wrap(inner), load_version, loader, self.metrics)
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
             topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
         who = WorkerIdentity(self.worker_id, labels=lambda: self._labels,
                              backlog=lambda: sum(self._collector_backlog().values()))
-        self._parts = await assemble(self.settings, who, models=models, redis=self._redis, producer=self._producer,
+        self._parts = await assemble(self.settings, who, models=models, loader=loader, redis=self._redis,
+                                     producer=self._producer,
                                      probe=self.faults.wrap_probe(lambda: inner.infer(["health probe"])),
                                      metrics=self.metrics, exit_stack=self._exit)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,

@@ -1,6 +1,6 @@
 """Raw in-process model throughput: the ceiling the fleet's throughput is measured against.
 
-The backend is loaded the way a worker loads it (`workers.worker.load_backend` with the
+The backend is loaded the way a worker loads it (`models.loading.ModelLoader` with the
 same settings), in the bench process, while no worker runs, and fed the workload in chunks
 of max_batch. Nothing else (Kafka, Redis, msgpack, the event loop) is on the path.
 """
@@ -8,16 +8,16 @@ of max_batch. Nothing else (Kafka, Redis, msgpack, the event loop) is on the pat
 from __future__ import annotations
 
 import gc
-import inspect
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from fleet.bench.stats import median
 from models.backends.base import Backend
 from models.backends.onnx import OnnxEmbeddingBackend
-from workers.worker import load_backend
+from models.backends.options import RuntimeOptions
+from models.loading import ModelLoader
 from models.registry import ModelManifest, ModelRegistry
 from workers.settings import WorkerSettings
 
@@ -70,9 +70,9 @@ def measure(infer: Callable[[Sequence[str]], object], texts: Sequence[str], batc
 
 def worker_backend(env: dict[str, str]) -> Backend:
     """The backend a worker started with these FLEET_* variables would load."""
-    fields: dict[str, Any] = {name.removeprefix("FLEET_").lower(): value for name, value in env.items()
-                              if name.startswith("FLEET_")}
-    return load_backend(WorkerSettings(**fields))
+    settings: dict[str, Any] = {name.removeprefix("FLEET_").lower(): value for name, value in env.items()
+                                if name.startswith("FLEET_")}
+    return ModelLoader(WorkerSettings(**settings).runtime()).load()
 
 
 def raw_throughput(env: dict[str, str], texts: Sequence[str], batch_size: int, repeats: int) -> RawThroughput:
@@ -85,7 +85,7 @@ def raw_throughput(env: dict[str, str], texts: Sequence[str], batch_size: int, r
 
 
 def length_aware_available() -> bool:
-    return LENGTH_BUCKET_KEYWORD in inspect.signature(OnnxEmbeddingBackend.load).parameters
+    return LENGTH_BUCKET_KEYWORD in {option.name for option in fields(RuntimeOptions)}
 
 
 def compare_length_aware(registry: ModelRegistry, manifest: ModelManifest, texts: Sequence[str], *,
@@ -93,8 +93,8 @@ def compare_length_aware(registry: ModelRegistry, manifest: ModelManifest, texts
     """Raw throughput at `batch_size` with length-aware sub-batches (16 rows) and without."""
     rates: dict[int, float] = {}
     for bucket in (16, 0):
-        options: dict[str, Any] = {"intra_op_threads": intra_op_threads, LENGTH_BUCKET_KEYWORD: bucket}
-        backend = OnnxEmbeddingBackend.load(registry, manifest, **options)
+        options = RuntimeOptions(intra_op_threads=intra_op_threads, length_bucket_size=bucket)
+        backend = OnnxEmbeddingBackend.load(registry, manifest, options)
         rates[bucket] = measure(backend.infer, texts, batch_size, repeats).sentences_per_s
         del backend
         gc.collect()

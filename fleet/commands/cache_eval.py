@@ -94,10 +94,10 @@ def recommend(rows: list[Row]) -> tuple[float | None, str]:
 
 
 def embed_all(texts: list[str]) -> tuple[str, dict[str, npt.NDArray[np.float32]]]:
-    from models.backends.loader import load_backend_for
+    from models.loading import ModelLoader
     from workers.settings import WorkerSettings
 
-    backend = load_backend_for(WorkerSettings(model="minilm-embed", precision="int8", warmup=False))
+    backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False).runtime()).load()
     unique = list(dict.fromkeys(texts))
     rows = np.concatenate([backend.infer(unique[i:i + 64]) for i in range(0, len(unique), 64)])
     return backend.manifest.id, dict(zip(unique, rows))

@@ -31,6 +31,7 @@ from fleet.arguments import command_parser
 from fleet.exits import Exit
 from schemas.names import requests_topic, result_key
 from schemas.wire import Request, Result, Status, WireError
+from models.backends.options import RuntimeOptions
 from models.registry import ModelRegistry, RegistryError
 from workers.settings import WorkerSettings
 
@@ -204,11 +205,9 @@ def recompute(settings: ConsistencySettings, model: str, sample: Sample, version
             skipped[f"version {offline_version} not in registry"] += len(pairs)
             continue
         print(f"recomputing {len(pairs)} embeddings with {manifest.id} ({manifest.precision}) ...", file=sys.stderr)
-        backend = OnnxEmbeddingBackend.load(registry, manifest, device="cpu",
-                                            intra_op_threads=settings.intra_op_threads,
-                                            max_input_tokens=settings.max_input_tokens,
-                                            length_bucket_size=settings.length_bucket_size,
-                                            graph_optimization=settings.graph_optimization)
+        backend = OnnxEmbeddingBackend.load(registry, manifest, RuntimeOptions(
+            intra_op_threads=settings.intra_op_threads, max_input_tokens=settings.max_input_tokens,
+            length_bucket_size=settings.length_bucket_size, graph_optimization=settings.graph_optimization))
         for first in range(0, len(pairs), batch_size):
             chunk = pairs[first:first + batch_size]
             offline = backend.infer([request.text for request, _ in chunk])

@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from models.backends.base import Encoded, check_rows
 from models.backends.memory import cuda_total_bytes, memory_limit
+from models.backends.options import RuntimeOptions
 from models.backends.tokenized import BatchTokenizer, TokenizedBackend
 from models.registry import ModelManifest, ModelRegistry
 
@@ -98,38 +99,23 @@ class OnnxEmbeddingBackend(TokenizedBackend):
         self._output_name = manifest.outputs[0].name
 
     @classmethod
-    def load(
-        cls,
-        registry: ModelRegistry,
-        manifest: ModelManifest,
-        *,
-        device: str = "cpu",
-        intra_op_threads: int = 0,
-        max_input_tokens: int = 256,
-        length_bucket_size: int = 16,
-        graph_optimization: str = "all",
-        warmup: bool = False,
-        memory_headroom: float = 0.0,
-        spinning: bool = True,
-    ) -> OnnxEmbeddingBackend:
-        providers_for(device)  # an impossible device fails before hashing ~100 MB
+    def load(cls, registry: ModelRegistry, manifest: ModelManifest,
+             options: RuntimeOptions = RuntimeOptions()) -> OnnxEmbeddingBackend:
+        providers_for(options.device)  # an impossible device fails before hashing ~100 MB
         # Hashes before the session: a tampered or half-copied model must never be run.
         registry.verify(manifest)
-        session = open_session(registry.path_of(manifest, manifest.onnx_file), device=device,
-                               intra_op_threads=intra_op_threads, graph_optimization=graph_optimization,
-                               memory_headroom=memory_headroom, spinning=spinning)
+        session = open_session(registry.path_of(manifest, manifest.onnx_file), device=options.device,
+                               intra_op_threads=options.intra_op_threads,
+                               graph_optimization=options.graph_optimization,
+                               memory_headroom=options.memory_headroom, spinning=options.spinning)
         declared = [spec.name for spec in manifest.inputs]
         actual = [node.name for node in session.get_inputs()]
         if sorted(declared) != sorted(actual):
             raise ValueError(f"{manifest.id}: manifest declares inputs {declared}, graph has {actual}")
         # The graph's position table ends at the manifest's max_length; never feed more.
-        tokenizer = BatchTokenizer(
-            registry.path_of(manifest, manifest.tokenizer_file),
-            max_length=min(max_input_tokens, manifest.max_length),
-            input_names=declared,
-        )
-        backend = cls(manifest, session, tokenizer, device, length_bucket_size=length_bucket_size)
-        if warmup:
+        tokenizer = BatchTokenizer.of(registry, manifest, options.max_input_tokens)
+        backend = cls(manifest, session, tokenizer, options.device, length_bucket_size=options.length_bucket_size)
+        if options.warmup:
             backend.warm_up()
         return backend
 

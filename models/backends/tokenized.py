@@ -12,7 +12,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from models.backends.base import Encoded, Feeds
-from models.registry import ModelManifest
+from models.registry import ModelManifest, ModelRegistry
 
 WARMUP_TOKENS = (8, 32, 128)
 WARMUP_TOKEN_ID = 101  # [CLS]: any real id does; the shapes are what warm-up is for
@@ -47,6 +47,14 @@ class BatchTokenizer:
         # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
         self._lock = threading.Lock()
         self.max_length = max_length
+
+    @classmethod
+    def of(cls, registry: ModelRegistry, manifest: ModelManifest, max_input_tokens: int) -> BatchTokenizer:
+        """The version's own tokenizer, truncating at `max_input_tokens` or the manifest's max_length,
+        whichever is shorter: the model's position table ends there."""
+        return cls(registry.path_of(manifest, manifest.tokenizer_file),
+                   max_length=min(max_input_tokens, manifest.max_length),
+                   input_names=[spec.name for spec in manifest.inputs])
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Truncated token ids per text, unpadded: padding is decided per sub-batch."""

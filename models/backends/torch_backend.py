@@ -14,7 +14,7 @@ DeviceUnavailable, never a quiet CPU run.
 Thread safety: after `load` the module is only read; `run` may be called from several
 threads at once (the worker runs it through `asyncio.to_thread`). `torch.inference_mode` is
 entered per call, it is thread-local. Importing this module changes no global torch state;
-`load(intra_op_threads=N>0)` calls `torch.set_num_threads(N)`, which is process-wide.
+`load` with `intra_op_threads` N > 0 calls `torch.set_num_threads(N)`, which is process-wide.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from models.backends.base import Encoded, Feeds, check_rows
 from models.backends.errors import DeviceError, DeviceOutOfMemory
 from models.backends.onnx import DeviceUnavailable
+from models.backends.options import RuntimeOptions
 from models.backends.tokenized import BatchTokenizer, TokenizedBackend
 from models.registry import ModelManifest, ModelRegistry, RegistryError
 
@@ -104,18 +105,11 @@ class TorchEmbeddingBackend(TokenizedBackend):
         self._what = f"{manifest.id} on {device} (torch)"
 
     @classmethod
-    def load(
-        cls,
-        registry: ModelRegistry,
-        manifest: ModelManifest,
-        *,
-        device: str = "cpu",
-        max_input_tokens: int = 256,
-        length_bucket_size: int = 16,
-        intra_op_threads: int = 0,
-        warmup: bool = False,
-    ) -> TorchEmbeddingBackend:
-        torch_device = torch_device_for(device)  # an impossible device fails before hashing ~180 MB
+    def load(cls, registry: ModelRegistry, manifest: ModelManifest,
+             options: RuntimeOptions = RuntimeOptions()) -> TorchEmbeddingBackend:
+        """`options.intra_op_threads` N > 0 calls `torch.set_num_threads(N)`, which is process-wide;
+        spinning, graph_optimization and memory_headroom are ONNX Runtime's and not read here."""
+        torch_device = torch_device_for(options.device)  # an impossible device fails before hashing ~180 MB
         if manifest.torch_dir is None or manifest.torch_config_file is None or manifest.torch_weights_file is None:
             raise NoTorchArtifacts(
                 f"{manifest.id} ({manifest.precision}) has no PyTorch artifacts (its manifest has no torch_dir), so "
@@ -129,21 +123,18 @@ class TorchEmbeddingBackend(TokenizedBackend):
                              f"the manifest declares {declared}")
         # Hashes before anything is read: tampered or half-copied weights must never be run.
         registry.verify(manifest)
-        if intra_op_threads > 0:
-            torch.set_num_threads(intra_op_threads)
+        if options.intra_op_threads > 0:
+            torch.set_num_threads(options.intra_op_threads)
         dtype = CUDA_DTYPE if torch_device.type == "cuda" else torch.float32
         model = load_encoder(registry.path_of(manifest, manifest.torch_config_file),
                              registry.path_of(manifest, manifest.torch_weights_file), device=torch_device, dtype=dtype)
         if model.config.hidden_size != manifest.embedding_dim:
             raise ValueError(f"{manifest.id}: torch model width {model.config.hidden_size}, "
                              f"manifest output width {manifest.embedding_dim}")
-        tokenizer = BatchTokenizer(
-            registry.path_of(manifest, manifest.tokenizer_file),
-            max_length=min(max_input_tokens, manifest.max_length, model.config.max_position_embeddings),
-            input_names=declared,
-        )
-        backend = cls(manifest, model, tokenizer, device, length_bucket_size=length_bucket_size)
-        if warmup:
+        tokenizer = BatchTokenizer.of(registry, manifest,
+                                      min(options.max_input_tokens, model.config.max_position_embeddings))
+        backend = cls(manifest, model, tokenizer, options.device, length_bucket_size=options.length_bucket_size)
+        if options.warmup:
             backend.warm_up()
         return backend
 

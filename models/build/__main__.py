@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common.settings import FleetSettings
-from models.build.build import MODEL_NAME, BuiltVersion, build_fp32, build_int8, describe_check
+from models.build.build import MODEL_NAME, build_fp32, build_int8
 from models.build.faq import (
     FAQ_MODEL_NAME,
     build_faq_fp32,
@@ -32,6 +32,7 @@ from models.build.faq_data import load_faq_dataset
 from models.build.head import HeadHyperparameters
 from models.build.progress import Progress
 from models.build.source import locate_packaged_model
+from models.build.version import BuiltVersion, describe_check
 from models.registry import (
     ModelManifest,
     ModelRegistry,

@@ -9,12 +9,14 @@ INT8: the quantised graph's embeddings must point where the FP32 ones do, mean c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from models.backends.base import Feeds
 from models.backends.onnx import open_session
 from models.backends.tokenized import BatchTokenizer
 from models.registry import AccuracyCheck
@@ -34,47 +36,38 @@ def reference_embeddings(model_dir: Path, sentences: Sequence[str]) -> Embedding
     return np.asarray(rows, dtype=np.float32)
 
 
-def onnx_embeddings(
-    onnx_path: Path,
-    tokenizer_file: Path,
-    *,
-    max_length: int,
-    input_names: Sequence[str],
-    sentences: Sequence[str],
-    batch_size: int,
-) -> Embeddings:
-    """Run a graph exactly the way the serving backend does (same tokenizer setup)."""
+@dataclass(frozen=True)
+class TextBatches:
+    """Texts cut into batches and tokenised exactly the way the serving backend does (same tokenizer setup)."""
+
+    tokenizer_file: Path
+    max_length: int
+    input_names: Sequence[str]
+    sentences: Sequence[str]
+    batch_size: int
+
+    def feeds(self) -> Iterator[Feeds]:
+        tokenizer = BatchTokenizer(self.tokenizer_file, max_length=self.max_length, input_names=self.input_names)
+        for start in range(0, len(self.sentences), self.batch_size):
+            yield tokenizer.feeds(tokenizer.token_ids(self.sentences[start : start + self.batch_size]))
+
+
+def onnx_embeddings(onnx_path: Path, texts: TextBatches) -> Embeddings:
+    """Run a graph on CPU the way the serving backend does."""
     session = open_session(onnx_path, device="cpu", intra_op_threads=0)
-    tokenizer = BatchTokenizer(tokenizer_file, max_length=max_length, input_names=input_names)
-    batches: list[Embeddings] = []
-    for start in range(0, len(sentences), batch_size):
-        feeds = tokenizer.feeds(tokenizer.token_ids(sentences[start : start + batch_size]))
-        (rows,) = session.run(None, feeds)
-        batches.append(np.asarray(rows, dtype=np.float32))
-    return np.concatenate(batches)
+    return np.concatenate([np.asarray(session.run(None, feeds)[0], dtype=np.float32) for feeds in texts.feeds()])
 
 
-def torch_embeddings(
-    config_file: Path,
-    weights_file: Path,
-    tokenizer_file: Path,
-    *,
-    max_length: int,
-    input_names: Sequence[str],
-    sentences: Sequence[str],
-    batch_size: int,
-) -> Embeddings:
+def torch_embeddings(config_file: Path, weights_file: Path, texts: TextBatches) -> Embeddings:
     """Run stored PyTorch artifacts exactly the way the torch backend does, on CPU (FP32)."""
     import torch
 
     from models.backends.torch_backend import load_encoder, mean_pool_normalize
 
     model = load_encoder(config_file, weights_file, device=torch.device("cpu"), dtype=torch.float32)
-    tokenizer = BatchTokenizer(tokenizer_file, max_length=max_length, input_names=input_names)
     batches: list[Embeddings] = []
     with torch.inference_mode():
-        for start in range(0, len(sentences), batch_size):
-            feeds = tokenizer.feeds(tokenizer.token_ids(sentences[start : start + batch_size]))
+        for feeds in texts.feeds():
             tensors = {name: torch.from_numpy(array) for name, array in feeds.items()}
             hidden = model(**tensors).last_hidden_state
             batches.append(mean_pool_normalize(hidden, tensors["attention_mask"]).numpy().astype(np.float32))

@@ -11,19 +11,17 @@ examples. Both are ONNX-only (no torch_dir): the head exists only in the graph.
 from __future__ import annotations
 
 import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from models.build import head as faq_head
-from models.build.build import (ONNX_FILE, BuiltVersion, assemble_manifest, describe_check, staged_int8,
-                                      staged_version)
-from models.build.checks import onnx_embeddings
+from models.build.checks import TextBatches, onnx_embeddings
 from models.build.faq_data import FaqDataset
 from models.build.progress import Progress
 from models.build.source import TOKENIZER_FILE
+from models.build.version import ONNX_FILE, BuiltVersion, VersionPlan, build_version, quantized
 from models.registry import AccuracyCheck, ModelManifest, ModelRegistry
 
 FAQ_MODEL_NAME = "faq-intent"
@@ -70,77 +68,53 @@ def build_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: Faq
     train_accuracy = float(np.mean(head.probabilities(train_rows).argmax(axis=1) == train_labels))
     progress.step(f"trained the softmax head ({hyper.epochs} epochs, lr {hyper.lr}, l2 {hyper.l2}, seed "
                   f"{hyper.seed}): training accuracy {train_accuracy:.3f}")
-    created = datetime.now(UTC)
-    with staged_version(registry, FAQ_MODEL_NAME, created) as (version_id, folder):
+
+    def stage(folder: Path) -> None:
         progress.step(f"appending MatMul + Add + Softmax to {encoder.id}'s graph: {folder / ONNX_FILE}")
         faq_head.append_head(encoder_onnx, head, folder / ONNX_FILE)
         shutil.copyfile(tokenizer, folder / TOKENIZER_FILE)
+
+    def check(folder: Path) -> AccuracyCheck:
         progress.step(f"scoring the built graph on {len(dataset.test)} held-out examples")
         test_texts = [example.text for example in dataset.test]
         test_labels = np.array([example.label for example in dataset.test], dtype=np.int64)
         graph_rows = _rows(folder / ONNX_FILE, tokenizer, encoder, test_texts)
         # The graph's head must be the trained one: same probabilities as numpy's on the same embeddings.
         numpy_rows = head.probabilities(_rows(encoder_onnx, tokenizer, encoder, test_texts))
-        check = check_heldout_accuracy(graph_rows, test_labels, len(dataset.labels), figures={
+        return check_heldout_accuracy(graph_rows, test_labels, len(dataset.labels), figures={
             "train_accuracy": train_accuracy,
             "max_abs_diff_graph_vs_numpy_head": float(np.max(np.abs(graph_rows - numpy_rows))),
         })
-        progress.step(f"FP32 check: {describe_check(check)}")
-        manifest = assemble_manifest(
-            name=FAQ_MODEL_NAME,
-            version_id=version_id,
-            created=created,
-            precision="fp32",
-            parent=encoder.id,
-            folder=folder,
-            source=encoder.source,
-            max_length=encoder.max_length,
-            recipe=faq_head.recipe(encoder.id),
-            check=check,
-            training_data=dataset.version,
-            hyperparameters=hyper.as_manifest(),
-            task="classification",
-            labels=dataset.labels,
-        )
-        registry.register(manifest)
-    progress.step(f"registered as {manifest.id}")
-    return BuiltVersion(manifest, newly_built=True)
+
+    plan = VersionPlan(name=FAQ_MODEL_NAME, precision="fp32", parent=encoder.id, source=encoder.source,
+                       max_length=encoder.max_length, recipe=faq_head.recipe(encoder.id),
+                       training_data=dataset.version, hyperparameters=hyper.as_manifest(),
+                       task="classification", labels=dataset.labels)
+    return build_version(registry, plan, stage, check, progress)
 
 
 def build_faq_int8(registry: ModelRegistry, fp32: ModelManifest, dataset: FaqDataset,
                    progress: Progress) -> BuiltVersion:
     from models.build import quantize
 
-    fp32_onnx = registry.path_of(fp32, fp32.onnx_file)
+    stage = quantized(registry, fp32, progress)
     tokenizer = registry.path_of(fp32, fp32.tokenizer_file)
-    with staged_int8(registry, fp32, progress) as (version_id, folder, created):
+
+    def check(folder: Path) -> AccuracyCheck:
         texts = [example.text for example in dataset.all_examples]
         progress.step(f"checking INT8 labels against FP32 on all {len(texts)} examples")
-        fp32_rows = _rows(fp32_onnx, tokenizer, fp32, texts)
+        fp32_rows = _rows(registry.path_of(fp32, fp32.onnx_file), tokenizer, fp32, texts)
         int8_rows = _rows(folder / ONNX_FILE, tokenizer, fp32, texts)
         test_labels = np.array([example.label for example in dataset.test], dtype=np.int64)
         heldout = int8_rows[len(dataset.train):].argmax(axis=1) == test_labels
-        check = check_label_agreement(int8_rows, fp32_rows, figures={"int8_heldout_accuracy": float(heldout.mean())})
-        progress.step(f"INT8 check: {describe_check(check)}")
-        manifest = assemble_manifest(
-            name=FAQ_MODEL_NAME,
-            version_id=version_id,
-            created=created,
-            precision="int8",
-            parent=fp32.id,
-            folder=folder,
-            source=fp32.source,
-            max_length=fp32.max_length,
-            recipe={**fp32.recipe, **quantize.recipe()},
-            check=check,
-            training_data=dataset.version,
-            hyperparameters={**fp32.hyperparameters, **quantize.hyperparameters()},
-            task="classification",
-            labels=fp32.labels,
-        )
-        registry.register(manifest)
-    progress.step(f"registered as {manifest.id}")
-    return BuiltVersion(manifest, newly_built=True)
+        return check_label_agreement(int8_rows, fp32_rows, figures={"int8_heldout_accuracy": float(heldout.mean())})
+
+    plan = VersionPlan(name=FAQ_MODEL_NAME, precision="int8", parent=fp32.id, source=fp32.source,
+                       max_length=fp32.max_length, recipe={**fp32.recipe, **quantize.recipe()},
+                       training_data=dataset.version,
+                       hyperparameters={**fp32.hyperparameters, **quantize.hyperparameters()},
+                       task="classification", labels=fp32.labels)
+    return build_version(registry, plan, stage, check, progress)
 
 
 def check_heldout_accuracy(probabilities: Rows, labels: npt.NDArray[np.int64], n_labels: int,
@@ -174,5 +148,6 @@ def check_label_agreement(int8: Rows, fp32: Rows, figures: dict[str, float] | No
 
 
 def _rows(onnx_path: Path, tokenizer: Path, manifest: ModelManifest, texts: list[str]) -> Rows:
-    return onnx_embeddings(onnx_path, tokenizer, max_length=manifest.max_length,
-                           input_names=[spec.name for spec in manifest.inputs], sentences=texts, batch_size=_BATCH)
+    return onnx_embeddings(onnx_path, TextBatches(tokenizer, max_length=manifest.max_length,
+                                                  input_names=[spec.name for spec in manifest.inputs],
+                                                  sentences=texts, batch_size=_BATCH))

@@ -24,7 +24,8 @@ from common.topics import partitions_of
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from models.backends.base import Backend
-from workers.worker import Worker, load_backend
+from models.loading import ModelLoader
+from workers.worker import Worker
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).parents[2]
@@ -53,7 +54,7 @@ def worker_settings(stack: FleetSettings) -> WorkerSettings:
 
 @pytest.fixture(scope="session")
 def backend(worker_settings: WorkerSettings) -> Backend:
-    return load_backend(worker_settings)
+    return ModelLoader(worker_settings.runtime()).load()
 
 
 @pytest.fixture(scope="session")

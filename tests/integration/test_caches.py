@@ -14,7 +14,7 @@ from schemas.wire import CacheTier, ReplyTo, Status
 from tests.integration.conftest import MODEL
 from tests.integration.test_versions import send_in_order, results_of, until
 from models.backends.base import Backend
-from models.backends.loader import load_backend_for
+from models.loading import ModelLoader
 from workers.cache.exact import clear_model_cache, pack_outputs
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.cache.semantic import SemanticCache
@@ -127,7 +127,7 @@ async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redi
                                                       cleared: None) -> None:
     settings = faq_settings(semantic_verify_fraction=1.0, semantic_min_verifications=3)
     version = ModelRegistry(settings.registry_dir).resolve(FAQ, precision=settings.precision).id
-    encoder = load_backend_for(WorkerSettings(model="minilm-embed", precision="int8"))
+    encoder = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8").runtime()).load()
     generation = int(await redis.get(f"fleet:cachegen:{FAQ}") or 0)
     # A wrong answer in the shared log, as a bad entry or a drifted model would leave it.
     wrong = SemanticEntry(SEEDS[0], encoder.infer([SEEDS[0]])[0], pack_outputs({"label": "delete_account"}),

@@ -23,7 +23,7 @@ from schemas.wire import ReplyTo, Request, Result, Status, new_request_id, now_m
 from tests.integration.conftest import MODEL
 from tests.unit.built_models import built_registry
 from models.backends.base import Backend
-from models.backends.loader import load_backend_for
+from models.loading import ModelLoader
 from workers.settings import WorkerSettings
 from workers.shadow.worker import ShadowWorker
 from workers.shadow.compare import sampled
@@ -50,13 +50,11 @@ class Versions:
         self.loads: dict[str, int] = {}
         self._loaded: dict[str, Backend] = {}
 
-    def loader(self, settings: WorkerSettings) -> Backend:
+    def loader(self, version: str) -> Backend:
         """What ShadowWorker's BackendCache calls: the test model name stands for minilm-embed."""
-        version = settings.model_version or ""
         self.loads[version] = self.loads.get(version, 0) + 1
         if version not in self._loaded:
-            precision = built_registry().resolve(MODEL, version).precision
-            self._loaded[version] = load_backend_for(settings.model_copy(update={"model": MODEL, "precision": precision}))
+            self._loaded[version] = ModelLoader(WorkerSettings(model=MODEL).runtime()).load_version(version)
         return self._loaded[version]
 
 
@@ -100,7 +98,7 @@ async def test_shadow_compares_every_request_and_recomputes_missing_live_results
         stack: FleetSettings, redis: Redis, producer: AIOKafkaProducer, versions: Versions, model: str) -> None:
     texts = [f"{TEXTS[i % len(TEXTS)]} (#{i})" for i in range(40)]
     requests = await produce(producer, model, texts, garbage=1)
-    stable_backend = versions.loader(WorkerSettings(model=model, model_version=versions.stable))
+    stable_backend = versions.loader(versions.stable)
     versions.loads.clear()
     live = requests[::2]  # the live workers answered half of them
     embeddings = stable_backend.infer([r.text for r in live])

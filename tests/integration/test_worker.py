@@ -8,7 +8,8 @@ from schemas.names import DLQ_TOPIC, requests_topic
 from schemas.wire import DeadLetter, ReplyTo, Status, new_request_id, now_ms
 from tests.integration.conftest import MODEL, end_offsets, read_from, serving
 from models.backends.base import Backend
-from workers.worker import Worker, load_backend
+from models.loading import ModelLoader
+from workers.worker import Worker
 from workers.settings import WorkerSettings
 
 
@@ -95,7 +96,7 @@ async def test_overlong_inputs_are_truncated_or_rejected_as_configured(client: F
                                                                        worker_settings: WorkerSettings) -> None:
     long_text = " ".join(["word"] * 80)
     rejecting = worker_settings.model_copy(update={"max_input_tokens": 16, "overlong_inputs": "reject"})
-    short_backend = load_backend(rejecting)  # truncation length is fixed when the tokenizer loads
+    short_backend = ModelLoader(rejecting.runtime()).load()  # truncation length is fixed when the tokenizer loads
     async with serving(rejecting, short_backend):
         rejected, short = await asyncio.gather(client.infer(MODEL, long_text, timeout=30),
                                                client.infer(MODEL, "short enough", timeout=30))

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.unit.built_models import built_registry
-from models.backends.loader import load_backend_for
+from models.loading import ModelLoader
 from models.backends.onnx import OnnxEmbeddingBackend
 from models.build.faq import FAQ_MODEL_NAME, HELDOUT_MIN_ACCURACY, check_heldout_accuracy
 from models.build.faq_data import load_faq_dataset
@@ -159,7 +159,8 @@ def test_the_int8_version_derives_from_the_fp32_one(fp32: ModelManifest, int8: M
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_queries_classify_through_the_serving_loader(registry: ModelRegistry, precision: str) -> None:
     _resolve_or_skip(registry, precision)
-    backend = load_backend_for(WorkerSettings(model=FAQ_MODEL_NAME, precision=precision, model_dir=registry.root))
+    settings = WorkerSettings(model=FAQ_MODEL_NAME, precision=precision, model_dir=registry.root)  # type: ignore[arg-type]
+    backend = ModelLoader(settings.runtime()).load()
     assert isinstance(backend, OnnxEmbeddingBackend)
     rows = backend.infer(list(QUERIES))
     labels = backend.manifest.labels
@@ -171,4 +172,4 @@ def test_queries_classify_through_the_serving_loader(registry: ModelRegistry, pr
 def test_the_torch_backend_refuses_a_classifier(registry: ModelRegistry, fp32: ModelManifest) -> None:
     settings = WorkerSettings(model=FAQ_MODEL_NAME, backend="torch", model_dir=registry.root)
     with pytest.raises(RegistryError, match=r"classification model.*backend=onnxruntime"):
-        load_backend_for(settings)
+        ModelLoader(settings.runtime()).load()

@@ -13,6 +13,7 @@ import pytest
 
 from models.backends import Backend
 from models.backends.onnx import CUDA_PROVIDER, DeviceUnavailable, OnnxEmbeddingBackend
+from models.backends.options import RuntimeOptions
 from tests.unit.built_models import MODEL_NAME, built_registry, resolve_or_skip
 from models.registry import ModelIntegrityError, ModelRegistry
 
@@ -108,7 +109,7 @@ def test_concurrent_calls_give_the_serial_answers(fp32: OnnxEmbeddingBackend) ->
 
 
 def test_truncates_to_max_input_tokens(registry: ModelRegistry, fp32: OnnxEmbeddingBackend) -> None:
-    short = OnnxEmbeddingBackend.load(registry, fp32.manifest, max_input_tokens=8)
+    short = OnnxEmbeddingBackend.load(registry, fp32.manifest, RuntimeOptions(max_input_tokens=8))
     assert short.max_input_tokens == 8
     long_text = "word " * 1000
     # Beyond the position table (512) the graph would fail; truncation keeps it valid.
@@ -134,9 +135,9 @@ def test_a_tampered_model_is_refused(registry: ModelRegistry, fp32: OnnxEmbeddin
 @pytest.mark.skipif(CUDA_PROVIDER in ort.get_available_providers(), reason="this machine can run CUDA")
 def test_cuda_without_a_cuda_runtime_is_a_clear_error(registry: ModelRegistry, fp32: OnnxEmbeddingBackend) -> None:
     with pytest.raises(DeviceUnavailable, match=r"device 'cuda' requested.*onnxruntime-gpu"):
-        OnnxEmbeddingBackend.load(registry, fp32.manifest, device="cuda")
+        OnnxEmbeddingBackend.load(registry, fp32.manifest, RuntimeOptions(device="cuda"))
 
 
 def test_an_unknown_device_is_refused(registry: ModelRegistry, fp32: OnnxEmbeddingBackend) -> None:
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
-        OnnxEmbeddingBackend.load(registry, fp32.manifest, device="tpu")
+        OnnxEmbeddingBackend.load(registry, fp32.manifest, RuntimeOptions(device="tpu"))  # type: ignore[arg-type]

@@ -192,7 +192,7 @@ def test_the_real_encoder_serves_a_paraphrase_but_not_a_negation_or_a_number_cha
     from models.backends.onnx import OnnxEmbeddingBackend
 
     registry = built_registry()
-    encoder = OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"), warmup=False)
+    encoder = OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"))
     cached = ["How do I reset my password?", "My refund has arrived", "Can I return an item after 30 days?"]
     asked = ["How can I reset my password?", "My refund has not arrived", "Can I return an item after 60 days?"]
     cache = SemanticCache(encoder.infer(["x"]).shape[1], threshold=DEFAULT_THRESHOLD)
@@ -209,7 +209,7 @@ def test_the_shipped_default_meets_the_issue_targets_on_the_evaluation_pairs() -
     from models.backends.onnx import OnnxEmbeddingBackend
 
     registry = built_registry()
-    encoder = OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"), warmup=False)
+    encoder = OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, "int8"))
     pairs = load_pairs()
     texts = list(dict.fromkeys(text for pair in pairs for text in (pair.a, pair.b)))
     vectors = dict(zip(texts, np.concatenate([encoder.infer(texts[i:i + 64]) for i in range(0, len(texts), 64)])))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import random
 import shutil
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,11 +18,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import torch
+from pydantic import ValidationError
 
 from models.backends import Backend
 from models.backends.errors import DeviceError, DeviceOutOfMemory
-from models.backends.loader import load_backend_for
+from models.loading import ModelLoader
 from models.backends.onnx import DeviceUnavailable, OnnxEmbeddingBackend
+from models.backends.options import RuntimeOptions
 from models.backends.torch_backend import NoTorchArtifacts, TorchEmbeddingBackend
 from models.build.sentences import SERVING_SENTENCES
 from tests.unit.built_models import MODEL_NAME, built_registry, resolve_or_skip
@@ -150,7 +153,7 @@ def test_concurrent_calls_give_the_serial_answers(cpu: TorchEmbeddingBackend) ->
 
 
 def test_warm_up_and_truncation(registry: ModelRegistry, manifest: ModelManifest, cpu: TorchEmbeddingBackend) -> None:
-    short = TorchEmbeddingBackend.load(registry, manifest, max_input_tokens=8, warmup=True)
+    short = TorchEmbeddingBackend.load(registry, manifest, RuntimeOptions(max_input_tokens=8, warmup=True))
     assert short.max_input_tokens == 8
     long_text = "word " * 1000
     assert cpu.infer([long_text]).shape == (1, DIM)  # beyond 512 positions BERT would fail
@@ -160,12 +163,12 @@ def test_warm_up_and_truncation(registry: ModelRegistry, manifest: ModelManifest
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_cuda_without_a_device_is_refused_not_run_on_cpu(registry: ModelRegistry, manifest: ModelManifest) -> None:
     with pytest.raises(DeviceUnavailable, match=r"device 'cuda' requested but PyTorch .* sees no CUDA device"):
-        TorchEmbeddingBackend.load(registry, manifest, device="cuda")
+        TorchEmbeddingBackend.load(registry, manifest, RuntimeOptions(device="cuda"))
 
 
 def test_an_unknown_device_is_refused(registry: ModelRegistry, manifest: ModelManifest) -> None:
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
-        TorchEmbeddingBackend.load(registry, manifest, device="tpu")
+        TorchEmbeddingBackend.load(registry, manifest, RuntimeOptions(device="tpu"))  # type: ignore[arg-type]
 
 
 def test_a_version_without_torch_artifacts_is_refused(registry: ModelRegistry) -> None:
@@ -256,7 +259,7 @@ def test_loader_picks_the_backend_the_settings_name(registry: ModelRegistry, man
                                                     expected: type) -> None:
     settings = WorkerSettings(model_dir=registry.root, model=MODEL_NAME, model_version=None, precision="fp32",
                               backend=backend, device="cpu", warmup=False, length_bucket_size=5, max_input_tokens=64)
-    loaded = load_backend_for(settings)
+    loaded = ModelLoader(settings.runtime()).load()
     assert type(loaded) is expected
     assert loaded.manifest.id == manifest.id
     assert loaded.device == "cpu"
@@ -264,10 +267,12 @@ def test_loader_picks_the_backend_the_settings_name(registry: ModelRegistry, man
     assert loaded.max_input_tokens == 64  # type: ignore[attr-defined]
 
 
-def test_loader_refuses_an_unknown_backend(registry: ModelRegistry) -> None:
-    settings = WorkerSettings(model_dir=registry.root, backend="tensorrt")
-    with pytest.raises(ValueError, match=r"unknown backend 'tensorrt'; expected one of \('onnxruntime', 'torch'\)"):
-        load_backend_for(settings)
+def test_an_unknown_backend_is_refused_by_the_settings_and_the_loader(registry: ModelRegistry) -> None:
+    with pytest.raises(ValidationError, match=r"backend\n  Input should be 'onnxruntime', 'torch' or 'sim'"):
+        WorkerSettings(model_dir=registry.root, backend="tensorrt")  # type: ignore[arg-type]
+    spec = replace(WorkerSettings(model_dir=registry.root).runtime(), backend="tensorrt")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown backend 'tensorrt'; expected one of \('onnxruntime', 'torch', 'sim'\)"):
+        ModelLoader(spec)
 
 
 def test_loader_with_torch_refuses_int8(registry: ModelRegistry) -> None:
@@ -275,4 +280,4 @@ def test_loader_with_torch_refuses_int8(registry: ModelRegistry) -> None:
     settings = WorkerSettings(model_dir=registry.root, model=MODEL_NAME, model_version=None, precision="int8",
                               backend="torch", device="cpu", warmup=False)
     with pytest.raises(NoTorchArtifacts, match=int8.id):
-        load_backend_for(settings)
+        ModelLoader(settings.runtime()).load()

@@ -33,6 +33,7 @@ from schemas.shadow import Comparison, LiveSource
 from schemas.wire import Request, Result, WireError
 from models.backends.base import Backend
 from workers.compute.outputs import outputs_of
+from models.loading import ModelLoader
 from models.registry import ModelRegistry, RegistryError
 from workers.settings import Role, WorkerSettings
 from workers.shadow.compare import (Outputs, Side, StatsDelta, live_answer, live_timing, make_comparison,
@@ -40,7 +41,8 @@ from workers.shadow.compare import (Outputs, Side, StatsDelta, live_answer, live
 
 log = logging.getLogger(__name__)
 
-BackendLoader = Callable[[WorkerSettings], Backend]
+# Loads one named version of the shadowed model (its own precision), e.g. ModelLoader.load_version.
+BackendLoader = Callable[[str], Backend]
 LIVE_POLL_S = 0.1
 COSINE_BUCKETS = (0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 0.9999, 1.0)
 DELTA_MS_BUCKETS = (-500, -200, -100, -50, -20, -10, -5, -2, 0, 2, 5, 10, 20, 50, 100, 200, 500)
@@ -74,35 +76,19 @@ def yield_cpu_to_live_workers(settings: ShadowSettings) -> None:
         os.nice(settings.shadow_nice)
 
 
-def load_backend(settings: WorkerSettings) -> Backend:
-    from models.backends.loader import load_backend_for
-
-    return load_backend_for(settings)
-
-
 class BackendCache:
     """Loaded versions by id: stable stays resident for recomputing, a new candidate is loaded once."""
 
     def __init__(self, settings: WorkerSettings, loader: BackendLoader | None = None) -> None:
-        self._settings = settings
-        self._loader = loader or load_backend
+        self._loader = loader or ModelLoader(settings.runtime()).load_version
         self._loaded: dict[str, Backend] = {}
 
     async def get(self, version: str) -> Backend:
         if version not in self._loaded:
             started = time.perf_counter()
-            pinned = self._settings.model_copy(update={"model_version": version, "precision": self._precision_of(version)})
-            self._loaded[version] = await asyncio.to_thread(self._loader, pinned)
+            self._loaded[version] = await asyncio.to_thread(self._loader, version)
             log.info("shadow loaded %s in %.1f s", version, time.perf_counter() - started)
         return self._loaded[version]
-
-    def _precision_of(self, version: str) -> str:
-        """The pinned version's own precision: the loader refuses a pin whose precision differs from
-        the settings' (an FP32 worker asked for its INT8 candidate)."""
-        try:
-            return ModelRegistry(self._settings.registry_dir).resolve(self._settings.model, version).precision
-        except (RegistryError, ValueError):
-            return self._settings.precision  # let the loader say what is wrong
 
     def retain(self, versions: set[str]) -> None:
         """Drop versions no pointer names any more, so a rollout's old candidates free their memory."""

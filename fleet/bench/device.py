@@ -1,0 +1,228 @@
+"""`scripts/bench device`: one worker on a simulated device, to see the pipeline's own cost (issue 14).
+
+The worker is a real `python -m workers.main` process with `FLEET_BACKEND=sim`: the registered
+minilm-embed FP32 version's tokenizer and length grouping run for real, the device only sleeps
+`a + b x rows` ms (models/backends/sim.py), so what limits throughput is the worker's
+pipeline (Kafka, batching, tokenising, delivery), not this machine's CPU running a model. It
+serves the model under a bench-only name (`minilm-embed-devbench`, the same registered bytes
+symlinked into <home>/bench/models: its own topic and consumer group), exact cache off.
+
+For each max batch (1, 32, 64, 256) on the `h200-minilm` preset:
+- drain: a backlog is produced first (replies to a Redis waiter and a results topic), then the
+  worker starts and drains it; req/s is counted between 10% and 90% of the replies;
+- closed loop: 2 x max batch callers (at least 16) through FleetClient; req/s, p50/p99;
+- open loop: Poisson arrivals at half the drained rate; p50/p99 from each scheduled send.
+Each row: the device-only ceiling (rows/s the sim device alone allows at full batches),
+efficiency (req/s / ceiling) and the worker's CPU per request (/proc/<pid>/stat utime + stime
+over the window). Then the seed's §2.2 table, drained with the `a10-bert-base` preset at the
+seed's batch sizes and delays, next to the seed's own QPS.
+
+A benchmarking and capacity-planning tool: the sim backend never serves users (refused in production).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from fleet.bench.fleet_process import CpuCounters, CpuSplit, WorkerProcess, bench_alias, cpu_counters, process_cpu_s
+from fleet.bench.load import PhaseSamples, TextCycle, closed_loop, open_loop
+from fleet.bench.stats import percentile, poisson_arrivals
+from fleet.bench.workload import support_queries
+from fleet.commands.lag import format_table
+from common.settings import FleetSettings
+from common.topics import ensure_topics
+from gateway.client import FleetClient
+from gateway.settings import ClientSettings
+from models.backends.sim import PRESETS, SimDevice
+from models.registry import ModelRegistry
+from schemas.names import reply_stream, requests_topic
+from schemas.wire import ReplyTo
+
+MODEL = "minilm-embed"
+BENCH_MODEL = "minilm-embed-devbench"
+RESULTS_TOPIC = "fleet.bench.device.results"
+MAX_BATCHES = (1, 32, 64, 256)
+# The seed's §2.2 table on one A10: (max batch, max queue delay ms, QPS it measured).
+SEED_ROWS = ((1, 0.0, 45.0), (32, 50.0, 580.0), (64, 100.0, 720.0))
+BACKLOG_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
+READY_TIMEOUT_S = 90.0
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Sizes:
+    drain_s: float  # a backlog of about this many seconds at the device's ceiling
+    max_backlog: int
+    warmup_s: float
+    loop_s: float
+
+
+QUICK = Sizes(drain_s=1.5, max_backlog=6_000, warmup_s=1.0, loop_s=3.0)
+FULL = Sizes(drain_s=6.0, max_backlog=40_000, warmup_s=2.0, loop_s=10.0)
+
+
+@dataclass(frozen=True)
+class Row:
+    preset: str
+    max_batch: int
+    mode: str
+    req_per_s: float
+    ceiling: float
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+    worker_cpu_ms: float = math.nan
+
+    @property
+    def efficiency(self) -> float:
+        return self.req_per_s / self.ceiling
+
+    def cells(self) -> list[str]:
+        def num(value: float, digits: int = 0) -> str:
+            return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+
+        return [self.preset, self.mode, str(self.max_batch), num(self.req_per_s), num(self.ceiling),
+                num(self.efficiency, 2), num(self.p50_ms, 1), num(self.p99_ms, 1), num(self.worker_cpu_ms, 3)]
+
+
+HEADERS = ("preset", "mode", "max batch", "req/s", "device ceiling", "efficiency", "p50 ms", "p99 ms",
+           "worker CPU ms/req")
+
+
+@dataclass
+class Bench:
+    settings: FleetSettings
+    client: FleetClient
+    registry_dir: Path
+    texts: Sequence[str]
+    sizes: Sizes
+    logs: Path
+
+    def worker_env(self, preset: str, max_batch: int, delay_ms: float) -> dict[str, str]:
+        return {"FLEET_MODEL": BENCH_MODEL, "FLEET_MODEL_DIR": str(self.registry_dir), "FLEET_BACKEND": "sim",
+                "FLEET_SIM_PRESET": preset, "FLEET_MAX_BATCH_SIZE": str(max_batch),
+                "FLEET_MAX_QUEUE_DELAY_MS": f"{delay_ms:g}", "FLEET_BATCH_POLICY": "fixed" if delay_ms else "adaptive",
+                "FLEET_EXACT_CACHE": "false", "FLEET_WORKER_ID": f"bench-device-{preset}-{max_batch}",
+                "FLEET_SESSION_TIMEOUT_MS": "6000"}
+
+    async def produce_backlog(self, count: int) -> str:
+        """`count` requests on the bench topic, replies to a fresh waiter's stream and the results topic."""
+        waiter = f"bench-device-{time.time_ns()}"
+        reply = ReplyTo(redis=waiter, topic=RESULTS_TOPIC)
+        cycle = TextCycle(self.texts)
+        requests = [self.client.build_request(BENCH_MODEL, cycle.take(), timeout=BACKLOG_TIMEOUT_S, reply=reply)
+                    for _ in range(count)]
+        producer = self.client.producer
+        futures = [await producer.send(requests_topic(BENCH_MODEL), r.encode(), key=r.id.encode()) for r in requests]
+        await asyncio.gather(*futures)
+        return reply_stream(waiter)
+
+    async def drain(self, worker: WorkerProcess, stream: str, count: int, preset: str, max_batch: int) -> Row:
+        """Replies counted between 10% and 90% of the backlog, and the worker's CPU over the same window."""
+        low, high = math.ceil(count * 0.1), math.floor(count * 0.9)
+        start: tuple[float, int, float] | None = None
+        give_up = time.monotonic() + max(60.0, count / 20)
+        while time.monotonic() < give_up:
+            done, now, cpu = int(await self.client.redis.xlen(stream)), time.monotonic(), process_cpu_s(worker.pid)
+            if start is None and done >= low:
+                start = (now, done, cpu)
+            if start is not None and done >= high and done > start[1]:
+                await self.client.redis.delete(stream)
+                served = done - start[1]
+                return Row(preset, max_batch, "drain", served / (now - start[0]), ceiling(preset, max_batch),
+                           worker_cpu_ms=(cpu - start[2]) * 1000 / served)
+            await asyncio.sleep(POLL_S)
+        raise SystemExit(f"the worker did not drain {count} requests (log: {worker.log_file})")
+
+    async def closed(self, worker: WorkerProcess, preset: str, max_batch: int) -> Row:
+        edges: list[CpuCounters | None] = []
+        samples = await closed_loop(self.client, BENCH_MODEL, TextCycle(self.texts), callers=max(2 * max_batch, 16),
+                                    warmup_s=self.sizes.warmup_s, duration_s=self.sizes.loop_s,
+                                    at_window_edges=lambda: edges.append(cpu_counters(worker.pid)))
+        return loop_row(preset, max_batch, f"closed {max(2 * max_batch, 16)}", samples, edges)
+
+    async def open(self, worker: WorkerProcess, preset: str, max_batch: int, rate: float) -> Row:
+        schedule = poisson_arrivals(rate, self.sizes.loop_s, seed=max_batch)
+        before = cpu_counters(worker.pid)
+        samples = await open_loop(self.client, BENCH_MODEL, TextCycle(self.texts), schedule_s=schedule,
+                                  duration_s=self.sizes.loop_s)
+        return loop_row(preset, max_batch, f"open {rate:,.0f}/s", samples, [before, cpu_counters(worker.pid)])
+
+    async def run_config(self, preset: str, max_batch: int, delay_ms: float, *, loops: bool) -> list[Row]:
+        """Backlog first, then the worker: it starts with the whole backlog waiting (the seed's saturation)."""
+        count = min(max(int(ceiling(preset, max_batch) * self.sizes.drain_s), 100), self.sizes.max_backlog)
+        stream = await self.produce_backlog(count)
+        log = self.logs / f"worker-{preset}-{max_batch}.log"
+        with WorkerProcess(self.worker_env(preset, max_batch, delay_ms), log) as worker:
+            await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
+            rows = [await self.drain(worker, stream, count, preset, max_batch)]
+            if loops:
+                rows.append(await self.closed(worker, preset, max_batch))
+                rows.append(await self.open(worker, preset, max_batch, rows[0].req_per_s / 2))
+        print(format_table(HEADERS, [row.cells() for row in rows], numeric_from=2), flush=True)
+        return rows
+
+
+def ceiling(preset: str, max_batch: int) -> float:
+    device: SimDevice = PRESETS[preset]
+    return device.ceiling_rows_per_s(max_batch)
+
+
+def loop_row(preset: str, max_batch: int, mode: str, samples: PhaseSamples,
+             edges: Sequence[CpuCounters | None]) -> Row:
+    split = None
+    if len(edges) == 2 and edges[0] is not None and edges[1] is not None:
+        split = CpuSplit.between(edges[0], edges[1], samples.completed)
+    return Row(preset, max_batch, mode, samples.completed / samples.window_s, ceiling(preset, max_batch),
+               percentile(samples.latencies_ms, 50), percentile(samples.latencies_ms, 99),
+               split.worker_ms if split is not None else math.nan)
+
+
+def seed_table(rows: Sequence[Row]) -> str:
+    """The seed's QPS next to the a10-bert-base preset's drained req/s at the same batch sizes."""
+    lines = []
+    for (max_batch, delay_ms, seed_qps), row in zip(SEED_ROWS, rows, strict=True):
+        lines.append([f"{max_batch}", f"{delay_ms:g}", f"{seed_qps:,.0f}", f"{row.req_per_s:,.0f}",
+                      f"{row.req_per_s / seed_qps - 1:+.1%}", f"{row.ceiling:,.0f}", f"{row.efficiency:.2f}"])
+    return format_table(("max batch", "delay ms", "seed QPS (A10)", "sim req/s", "vs seed", "device ceiling",
+                         "efficiency"), lines, numeric_from=0)
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    settings = FleetSettings()
+    source = ModelRegistry(settings.registry_dir)
+    alias_registry = ModelRegistry(settings.home / "bench" / "models")
+    bench_alias(source, source.resolve(MODEL, precision="fp32"), alias_registry, BENCH_MODEL)
+    await ensure_topics(settings.kafka_bootstrap, [requests_topic(BENCH_MODEL), RESULTS_TOPIC], 4)
+    sizes = QUICK if args.quick else FULL
+    logs = settings.home / "bench" / f"device-{datetime.now():%Y%m%d-%H%M%S}"
+    async with FleetClient(ClientSettings(default_timeout_s=60)) as client:
+        bench = Bench(settings, client, alias_registry.root, support_queries(2_000), sizes, logs)
+        rows: list[Row] = []
+        for max_batch in args.max_batch:
+            rows += await bench.run_config("h200-minilm", max_batch, 0.0, loops=not args.drain_only)
+        seed_rows = [row for max_batch, delay_ms, _ in SEED_ROWS
+                     for row in await bench.run_config("a10-bert-base", max_batch, delay_ms, loops=False)]
+    print(f"\none worker, FLEET_BACKEND=sim, exact cache off; worker logs in {logs}\n")
+    print(format_table(HEADERS, [row.cells() for row in rows], numeric_from=2))
+    print("\nThe seed's §2.2 table (BERT-base, 128 tokens, one A10) with the a10-bert-base preset, backlog drained:\n")
+    print(seed_table(seed_rows))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fleet.bench.device", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short phases: the whole run in under 2 minutes")
+    parser.add_argument("--max-batch", type=int, nargs="+", default=list(MAX_BATCHES), help="max batch sizes")
+    parser.add_argument("--drain-only", action="store_true", help="skip the closed and open loops")
+    return asyncio.run(main_async(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
