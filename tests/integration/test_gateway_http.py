@@ -102,7 +102,7 @@ def test_result_lookup_of_a_malformed_id_is_422(gateway_url: str) -> None:
 def test_health_readiness_metrics_and_openapi(gateway_url: str) -> None:
     assert httpx.get(f"{gateway_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway_url}/readyz").json()
-    assert ready == {"ready": True, "checks": {"redis": True, "kafka": True}}
+    assert ready == {"ready": True, "checks": {"redis": True, "kafka": True, "reply_reader": True}, "reasons": {}}
     metrics = httpx.get(f"{gateway_url}/metrics").text
     assert "fleet_gateway_requests_total" in metrics
     paths = httpx.get(f"{gateway_url}/openapi.json").json()["paths"]
