@@ -62,6 +62,7 @@ class FleetClient:
         self._waiter: ReplyWaiter | None = None
         self._exit = AsyncExitStack()
         self._known_topics: set[str] = set()
+        self._creations: dict[str, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         """Open the clients not injected. Kafka must answer (the producer bootstraps); Redis need
@@ -94,6 +95,10 @@ class FleetClient:
             self._producer = producer
 
     async def stop(self) -> None:
+        creations = list(self._creations.values())
+        for creation in creations:
+            creation.cancel()
+        await asyncio.gather(*creations, return_exceptions=True)
         await self._exit.aclose()
         self._waiter = None
         self._producer, self._redis = self._given_producer, self._given_redis
@@ -136,9 +141,19 @@ class FleetClient:
         """The primary topic, or the CPU fallback topic while no healthy primary is left."""
         topic = (await self.router.route(model)).topic
         if topic not in self._known_topics:
-            await ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions)
+            await asyncio.shield(self._creation_of(topic))
             self._known_topics.add(topic)
         return topic
+
+    def _creation_of(self, topic: str) -> "asyncio.Task[None]":
+        """One creation per topic, shared by every request that needs it, and not cancelled when
+        one of them gives up at its deadline (a hung Kafka would otherwise cost a client per request)."""
+        creation = self._creations.get(topic)
+        if creation is None:
+            creation = asyncio.create_task(ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions))
+            self._creations[topic] = creation
+            creation.add_done_callback(lambda _: self._creations.pop(topic, None))
+        return creation
 
     async def publish(self, request: Request) -> None:
         """Produce a request and wait for Kafka to acknowledge it (acks=all), no longer than until

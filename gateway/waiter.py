@@ -82,7 +82,7 @@ class ReplyWaiter:
         """
         if self._reader is None:
             raise RuntimeError("reply waiter is not started")
-        if (reason := self.down_reason) is not None:
+        if (reason := self.down_reason) not in (None, STARTING):  # a wait from the first moments is read later
             raise FleetUnavailable("redis", f"reply reader down: {reason}")
         future = self._pending.get(request_id)
         if future is None:

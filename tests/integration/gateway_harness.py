@@ -7,8 +7,8 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -39,6 +39,15 @@ async def in_process(settings: GatewaySettings, client: FleetClient | None = Non
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=30) as http:
             yield http
+
+
+@contextmanager
+def hung_broker() -> Iterator[str]:
+    """host:port of a "broker" that accepts connections and never answers, as a stalled one does."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)  # the kernel completes handshakes; nothing ever reads or replies
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
 
 
 class ThrowawayRedis:
@@ -74,7 +83,7 @@ class ThrowawayRedis:
 @asynccontextmanager
 async def echo_worker(bootstrap: str, model: str, redis: Redis) -> AsyncIterator[None]:
     """Answers every request on the model's topic with an ok result through `redis`, as a worker
-    would (Redis being away, that reply is lost, as it would be)."""
+    would (Redis being away for longer than its few retries, that reply is lost)."""
     topic = requests_topic(model)
     await ensure_topics(bootstrap, [topic], 1)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
@@ -92,9 +101,13 @@ async def echo_worker(bootstrap: str, model: str, redis: Redis) -> AsyncIterator
                     request = Request.decode(record.value or b"")
                     result = Result(id=request.id, model=model, status=Status.ok, outputs={"echo": request.text},
                                     timings={"inference_ms": 0.01}, worker="echo")
-                    with suppress(Exception):
-                        await redis.xadd(reply_stream(request.reply.redis or ""),
-                                         {"id": request.id, "result": result.encode()})
+                    for _ in range(3):  # a connection broken by a restart fails once, then reconnects
+                        try:
+                            await redis.xadd(reply_stream(request.reply.redis or ""),
+                                             {"id": request.id, "result": result.encode()})
+                            break
+                        except Exception:
+                            await asyncio.sleep(0.05)
 
     task = asyncio.create_task(answer())
     try:
