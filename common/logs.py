@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 CORRELATION_FIELDS = ("request_id", "worker", "model", "version")
@@ -39,3 +40,44 @@ def configure_logging(*, json_lines: bool, level: str = "INFO") -> None:
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+class LogThrottle:
+    """At most one log line per key (a dependency, say "redis") per interval.
+
+    During an outage every attempt fails; logging each would bury everything else. The first
+    failure is logged at once, later ones within `interval_s` are only counted, and the next line
+    logged for that key says how many were held back.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last_at: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def log(self, level: int, key: str, message: str, *args: object) -> bool:
+        """Log `message % args` unless a line for `key` went out less than `interval_s` ago; True if logged."""
+        now = self._clock()
+        last = self._last_at.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        held = self._held.pop(key, 0)
+        if held:
+            message += " (%d more like this in the last %.0f s)"
+            args = (*args, held, now - last if last is not None else 0.0)
+        self._last_at[key] = now
+        self.logger.log(level, message, *args)
+        return True
+
+    def held(self, key: str) -> int:
+        """Lines counted but not yet logged for `key`."""
+        return self._held.get(key, 0)
+
+    def reset(self, key: str) -> int:
+        """Forget `key` (its dependency answers again): the next failure is logged at once. Returns the lines held back."""
+        self._last_at.pop(key, None)
+        return self._held.pop(key, 0)

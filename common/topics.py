@@ -8,8 +8,8 @@ from aiokafka.errors import TopicAlreadyExistsError
 async def ensure_topics(bootstrap: str, names: list[str], partitions: int) -> None:
     """Create missing topics; existing ones are left as they are."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()  # inside the try: a start that fails or is cancelled still closes its connections
         existing = set(await admin.list_topics())
         missing = [name for name in dict.fromkeys(names) if name not in existing]
         if not missing:

@@ -5,6 +5,9 @@ Routes (OpenAPI at /docs):
   POST /v1/models/{model}/requests  publish and return 202 with the id
   GET  /v1/results/{request_id}     the result, 404 until it is ready and after it expires
   GET  /healthz  /readyz  /metrics
+
+Bad input is a 4xx naming the field (gateway/body.py); a Kafka or Redis outage is 503 with
+Retry-After, too many requests in flight 429 (gateway/responses.py, gateway/limits.py).
 """
 
 import asyncio
@@ -13,27 +16,26 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, Field
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel
 
+from gateway.body import BodyRules, InferBody, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
-from gateway.limits import BodyLimit
+from gateway.limits import BodyLimit, InFlightLimit
+from gateway.responses import Outcomes, SafeJSONResponse, install_error_handlers
 from gateway.settings import GatewaySettings
 from schemas.wire import ReplyTo, RequestId, Result, Status
 
 READY_TIMEOUT_S = 2.0
-
-
-class InferBody(BaseModel):
-    text: str = Field(description="Input text")
-    params: dict[str, Any] = Field(default_factory=dict)
-    version: str | None = Field(None, description="Pin a model version")
-    timeout_ms: int | None = Field(None, gt=0, le=600_000, description="Deadline from now; default from settings")
-    priority: int = Field(0, ge=0, le=9)
-    tenant: str | None = Field(None, max_length=128)
-    results_topic: str | None = Field(None, description="Also produce the result to this Kafka topic (async submit)")
+BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {"schema": InferBody.model_json_schema()}}}}
+INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "body is not UTF-8 JSON"}, 404: {"description": "unknown model"},
+    413: {"description": "body too large"}, 415: {"description": "not application/json"},
+    422: {"description": "invalid input; the message names the field"},
+    429: {"description": "too many requests in flight; see Retry-After"},
+    503: {"description": "Kafka or Redis unavailable; see Retry-After"}}
 
 
 class Accepted(BaseModel):
@@ -55,6 +57,13 @@ class GatewayMetrics:
                                "(publish until Kafka acks), end_to_end (publish until the reply)", ["model", "stage"],
                                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
                                registry=self.registry)
+        self.unavailable = Counter("fleet_gateway_unavailable", "503 answers because a dependency did not answer",
+                                   ["dependency"], registry=self.registry)
+        self.internal_errors = Counter("fleet_gateway_internal_errors", "Unexpected exceptions answered with 503 "
+                                       "(each logged with its error id)", registry=self.registry)
+        self.in_flight = Gauge("fleet_gateway_in_flight", "/v1 requests being answered now", registry=self.registry)
+        self.reader_up = Gauge("fleet_gateway_reply_reader_up", "1 while the reply reader reads from Redis",
+                               registry=self.registry)
 
 
 def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms: float) -> dict[str, Any]:
@@ -64,9 +73,15 @@ def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms
     return result.model_dump(mode="json")
 
 
+def gateway_client(settings: GatewaySettings) -> FleetClient:
+    """A client whose pending replies are bounded by the gateway's in-flight cap."""
+    return FleetClient(settings.model_copy(update={"max_waits": min(settings.max_waits, settings.max_in_flight)}))
+
+
 def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> FastAPI:
-    fleet = client if client is not None else FleetClient(settings)
+    fleet = client if client is not None else gateway_client(settings)
     metrics = GatewayMetrics()
+    metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -74,44 +89,57 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
         try:
             yield
         finally:
-            await fleet.stop()
+            # A producer flushing into a dead Kafka must not hold the process past its grace period.
+            try:
+                await asyncio.wait_for(fleet.stop(), settings.shutdown_grace_s / 2)
+            except TimeoutError:
+                pass
 
-    app = FastAPI(title="Inference fleet gateway", version="1", lifespan=lifespan)
+    app = FastAPI(title="Inference fleet gateway", version="1", lifespan=lifespan,
+                  default_response_class=SafeJSONResponse)
+    app.include_router(model_routes(settings, fleet, metrics))
+    app.include_router(ops_routes(fleet, metrics))
+    install_error_handlers(app, metrics.unavailable, settings.retry_after_s)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight, retry_after_s=settings.retry_after_s,
+                       gauge=metrics.in_flight)
+    app.add_middleware(Outcomes, requests=metrics.requests, internal_errors=metrics.internal_errors,
+                       retry_after_s=settings.retry_after_s)
+    return app
 
-    def checked(model: str, body: InferBody) -> RequestOptions:
+
+def model_routes(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics) -> APIRouter:
+    routes = APIRouter()
+    rules = BodyRules.of(settings)
+
+    async def infer_body(model: str, request: Request) -> InferBody:
         if model not in settings.models:
             raise HTTPException(404, f"unknown model {model!r}; this gateway serves {sorted(settings.models)}")
-        if len(body.text) > settings.max_text_chars:
-            raise HTTPException(422, f"text: {len(body.text)} characters is over the limit of {settings.max_text_chars}")
-        return RequestOptions(version=body.version, params=body.params, priority=body.priority, tenant=body.tenant)
+        return parse_infer_body(await request.body(), request.headers.get("content-type"), rules)
+
+    Body = Annotated[InferBody, Depends(infer_body)]
 
     def timeout_of(body: InferBody) -> float:
         return body.timeout_ms / 1000 if body.timeout_ms else settings.default_timeout_s
 
-    @app.middleware("http")
-    async def count(request: Request, call_next: Any) -> Response:
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        metrics.requests.labels(route=getattr(route, "path", "unmatched"), code=str(response.status_code)).inc()
-        return response
+    def options_of(body: InferBody) -> RequestOptions:
+        return RequestOptions(version=body.version, params=body.params, priority=body.priority, tenant=body.tenant)
 
-    @app.post("/v1/models/{model}/infer", summary="Infer and wait for the result",
-              responses={404: {"description": "unknown model"}, 413: {"description": "body too large"},
-                         422: {"description": "invalid input"}, 504: {"description": "deadline passed; body has the id"}})
-    async def infer(model: str, body: InferBody) -> Any:
-        options = checked(model, body)
+    @routes.post("/v1/models/{model}/infer", summary="Infer and wait for the result", openapi_extra=BODY_DOC,
+                 responses={**INPUT_ERRORS, 504: {"description": "deadline passed; body has the id"}})
+    async def infer(model: str, body: Body) -> Any:
         started = time.perf_counter()
         rule = settings.rule_fallbacks.get(model) if settings.rule_fallback_enabled else None
         timeout = timeout_of(body)
         try:
             # With a rule to fall back on, stop waiting a little before the deadline to use it.
             wait = timeout * (1 - settings.rule_fallback_margin) if rule is not None else timeout
-            result = await fleet.infer(model, body.text, timeout=wait, options=options)
+            result = await fleet.infer(model, body.text, timeout=wait, options=options_of(body))
         except InferenceTimeout as exc:
             if rule is not None and (await fleet.router.route(model, fresh=True)).workers_alive == 0:
                 metrics.rule_answers.labels(model=model).inc()
                 return rule_answer(exc.request_id, model, rule, (time.perf_counter() - started) * 1000)
-            return JSONResponse({"detail": str(exc), "id": exc.request_id}, status_code=504)
+            return SafeJSONResponse({"detail": str(exc), "id": exc.request_id}, status_code=504)
         elapsed = time.perf_counter() - started
         metrics.latency.labels(model=model).observe(elapsed)
         for stage in ("produce", "end_to_end"):
@@ -120,40 +148,55 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
         answer["timings"]["gateway_ms"] = elapsed * 1000
         return answer
 
-    @app.post("/v1/models/{model}/requests", status_code=202, response_model=Accepted,
-              summary="Submit without waiting; poll /v1/results/{id}")
-    async def submit(model: str, body: InferBody) -> Accepted:
-        options = checked(model, body)
+    @routes.post("/v1/models/{model}/requests", status_code=202, response_model=Accepted, openapi_extra=BODY_DOC,
+                 summary="Submit without waiting; poll /v1/results/{id}", responses=INPUT_ERRORS)
+    async def submit(model: str, body: Body) -> Accepted:
         request = fleet.build_request(model, body.text, timeout=timeout_of(body),
-                                      reply=ReplyTo(topic=body.results_topic), options=options)
+                                      reply=ReplyTo(topic=body.results_topic), options=options_of(body))
         await fleet.publish(request)
         return Accepted(id=request.id, result_url=f"/v1/results/{request.id}")
 
-    @app.get("/v1/results/{request_id}", summary="A result by request id",
-             responses={404: {"description": "not ready yet, expired, or never submitted"}})
+    return routes
+
+
+def ops_routes(fleet: FleetClient, metrics: GatewayMetrics) -> APIRouter:
+    routes = APIRouter()
+
+    @routes.get("/v1/results/{request_id}", summary="A result by request id",
+                responses={404: {"description": "not ready yet, expired, or never submitted"},
+                           503: {"description": "Redis unavailable; see Retry-After"}})
     async def result(request_id: Annotated[RequestId, Path(description="32 hex chars")]) -> Any:
         found = await fleet.result(request_id)
         if found is None:
             raise HTTPException(404, f"no result for {request_id} (not ready yet, expired, or unknown)")
         return found.model_dump(mode="json")
 
-    @app.get("/healthz", summary="The process is alive")
+    @routes.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="Kafka and Redis answer")
+    @routes.get("/readyz", summary="Kafka and Redis answer and the reply reader reads")
     async def readyz() -> JSONResponse:
         checks = {"redis": await _answers(fleet.redis.ping()),
                   "kafka": await _answers(fleet.producer.client.fetch_all_metadata())}
+        reasons = {} if (down := _reader_down(fleet)) is None else {"reply_reader": down}
+        checks["reply_reader"] = not reasons
         ready = all(checks.values())
-        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+        return SafeJSONResponse({"ready": ready, "checks": checks, "reasons": reasons},
+                                status_code=200 if ready else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics")
+    @routes.get("/metrics", summary="Prometheus metrics")
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    return app
+    return routes
+
+
+def _reader_down(fleet: FleetClient) -> str | None:
+    try:
+        return fleet.waiter.down_reason
+    except RuntimeError:
+        return "client not started"
 
 
 async def _answers(check: Any) -> bool:

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from common.topics import ensure_topics, partitions_of
+from gateway.errors import FleetUnavailable
 from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
 from gateway.routing import Router
@@ -53,31 +56,52 @@ class FleetClient:
     def __init__(self, settings: ClientSettings | None = None, *, producer: AIOKafkaProducer | None = None,
                  redis: Redis | None = None) -> None:
         self.settings = settings if settings is not None else ClientSettings()
+        self._given_producer, self._given_redis = producer, redis
         self._producer = producer
         self._redis = redis
         self._waiter: ReplyWaiter | None = None
         self._exit = AsyncExitStack()
         self._known_topics: set[str] = set()
+        self._creations: dict[str, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
+        """Open the clients not injected. Kafka must answer (the producer bootstraps); Redis need
+        not: the reply reader connects, and reconnects, by itself."""
         if self._waiter is not None:
             return
-        if self._redis is None:
-            self._redis = Redis.from_url(self.settings.redis_url)
-            self._exit.push_async_callback(self._redis.aclose)
-        if self._producer is None:
-            self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
-                                              linger_ms=2, enable_idempotence=True)
-            await self._producer.start()
-            self._exit.push_async_callback(self._producer.stop)
-        self.router = Router(self._redis)
-        self._waiter = ReplyWaiter(self._redis)
+        try:
+            await self._open_clients()
+        except BaseException:
+            await self.stop()  # a start that failed half-way leaves nothing open behind it
+            raise
+        self.router = Router(self.redis, log_every_s=self.settings.log_every_s)
+        self._waiter = ReplyWaiter(self.redis, max_pending=self.settings.max_waits,
+                                   max_backoff_s=self.settings.reader_max_backoff_s,
+                                   log_every_s=self.settings.log_every_s)
         self._waiter.start()
         self._exit.push_async_callback(self._waiter.stop)
 
+    async def _open_clients(self) -> None:
+        if self._redis is None:
+            self._redis = Redis.from_url(self.settings.redis_url,
+                                         socket_connect_timeout=self.settings.redis_connect_timeout_s,
+                                         socket_timeout=self.settings.redis_socket_timeout_s)
+            self._exit.push_async_callback(self._redis.aclose)
+        if self._producer is None:
+            producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
+                                        linger_ms=2, enable_idempotence=True)
+            self._exit.push_async_callback(producer.stop)
+            await producer.start()
+            self._producer = producer
+
     async def stop(self) -> None:
+        creations = list(self._creations.values())
+        for creation in creations:
+            creation.cancel()
+        await asyncio.gather(*creations, return_exceptions=True)
         await self._exit.aclose()
         self._waiter = None
+        self._producer, self._redis = self._given_producer, self._given_redis
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -117,18 +141,38 @@ class FleetClient:
         """The primary topic, or the CPU fallback topic while no healthy primary is left."""
         topic = (await self.router.route(model)).topic
         if topic not in self._known_topics:
-            await ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions)
+            await asyncio.shield(self._creation_of(topic))
             self._known_topics.add(topic)
         return topic
 
+    def _creation_of(self, topic: str) -> "asyncio.Task[None]":
+        """One creation per topic, shared by every request that needs it, and not cancelled when
+        one of them gives up at its deadline (a hung Kafka would otherwise cost a client per request)."""
+        creation = self._creations.get(topic)
+        if creation is None:
+            creation = asyncio.create_task(ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions))
+            self._creations[topic] = creation
+            creation.add_done_callback(lambda _: self._creations.pop(topic, None))
+        return creation
+
     async def publish(self, request: Request) -> None:
-        """Produce a request and wait for Kafka to acknowledge it (acks=all)."""
-        topic = await self.topic_for(request.model)
-        await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
+        """Produce a request and wait for Kafka to acknowledge it (acks=all), no longer than until
+        the request's deadline. FleetUnavailable when Kafka did not acknowledge in time (the
+        request may still reach Kafka later; its result is keyed by its id)."""
+        left_s = max(request.deadline_ms - now_ms(), 0) / 1000
+        try:
+            async with asyncio.timeout(left_s):
+                topic = await self.topic_for(request.model)
+                await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
+        except TimeoutError:
+            raise FleetUnavailable("kafka", f"no acknowledgement within the request's deadline ({left_s:.3g} s)") from None
+        except (KafkaError, OSError) as exc:
+            raise FleetUnavailable("kafka", f"{type(exc).__name__}: {exc}") from exc
 
     async def infer(self, model: str, text: str, *, timeout: float | None = None,
                     options: RequestOptions | None = None) -> Result:
-        """Send one request and await its result; InferenceTimeout names the id when the deadline passes."""
+        """Send one request and await its result; InferenceTimeout names the id when the deadline
+        passes, FleetUnavailable says Kafka or Redis did not answer, Overloaded that too many wait."""
         timeout = timeout or self.settings.default_timeout_s
         request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(redis=self.waiter.waiter_id),
                                      options=options)
@@ -160,7 +204,11 @@ class FleetClient:
         return request.id
 
     async def result(self, request_id: str) -> Result | None:
-        raw = await self.redis.get(result_key(request_id))
+        """The stored result, None when there is none (yet); FleetUnavailable when Redis does not answer."""
+        try:
+            raw = await self.redis.get(result_key(request_id))
+        except (RedisError, OSError) as exc:
+            raise FleetUnavailable("redis", f"{type(exc).__name__}: {exc}") from exc
         return Result.decode(raw) if raw is not None else None
 
     async def run_pipeline(self, model: str, texts: Sequence[str], *, results_topic: str,

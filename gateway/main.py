@@ -1,17 +1,117 @@
-"""`fleet-gateway` / `python -m gateway.main`: serve the HTTP gateway with uvicorn."""
+"""`fleet-gateway` / `python -m gateway.main`: serve the HTTP gateway with uvicorn.
+
+Start-up fails fast and loud: the port is bound before anything else (a taken port ends the
+process at once), Kafka and Redis must answer within `startup_timeout_s`, and either failure
+exits non-zero with one clear line. Once serving, SIGTERM ends the process within
+`shutdown_grace_s`, whatever Kafka and Redis do meanwhile.
+"""
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import threading
+from types import FrameType
 
 import uvicorn
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from common.logs import configure_logging
-from gateway.app import create_app
+from gateway.app import create_app, gateway_client
+from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
+
+log = logging.getLogger("gateway")
+
+EXIT_CANNOT_BIND = 2
+EXIT_DEPENDENCIES = 3
+EXIT_GRACE_EXCEEDED = 4
+
+
+def bind(host: str, port: int) -> socket.socket:
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError:
+        listener.close()
+        raise
+    listener.listen(2048)
+    listener.set_inheritable(True)
+    return listener
+
+
+async def start_within(client: FleetClient, timeout_s: float) -> None:
+    """Start the client and see Redis answer, retrying until `timeout_s` has passed; then the
+    last error (or TimeoutError when an attempt hung) is raised."""
+    failures: list[BaseException] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for attempt in AsyncRetrying(retry=retry_if_exception_type(Exception), reraise=True,
+                                               wait=wait_exponential(multiplier=0.2, max=2.0),
+                                               before_sleep=lambda state: failures.append(state.outcome.exception())):
+                with attempt:
+                    await _start(client)
+    except TimeoutError:
+        raise failures[-1] if failures else TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+
+async def _start(client: FleetClient) -> None:
+    await client.start()
+    try:
+        await client.redis.ping()
+    except BaseException:
+        await client.stop()
+        raise
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, plus a watchdog: once told to exit, the process is gone within the grace period."""
+
+    def __init__(self, config: uvicorn.Config, grace_s: float) -> None:
+        super().__init__(config)
+        self._grace_s = grace_s
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            watchdog = threading.Timer(self._grace_s, _give_up, args=(self._grace_s,))
+            watchdog.daemon = True
+            watchdog.start()
+        super().handle_exit(sig, frame)
+
+
+def _give_up(grace_s: float) -> None:
+    log.error("shutdown took longer than %.1f s; exiting now", grace_s)
+    logging.shutdown()
+    os._exit(EXIT_GRACE_EXCEEDED)
+
+
+async def serve(settings: GatewaySettings, listener: socket.socket) -> int:
+    client = gateway_client(settings)
+    try:
+        await start_within(client, settings.startup_timeout_s)
+    except Exception as exc:
+        log.error("gateway cannot start: Kafka (%s) or Redis did not answer within %.0f s; last error: %s: %s",
+                  settings.kafka_bootstrap, settings.startup_timeout_s, type(exc).__name__, exc)
+        return EXIT_DEPENDENCIES
+    # uvicorn drains connections for part of the grace period; the app's shutdown gets the rest.
+    config = uvicorn.Config(create_app(settings, client=client), log_level="warning",
+                            timeout_graceful_shutdown=max(int(settings.shutdown_grace_s / 2), 1))
+    log.info("gateway listening on %s:%d", settings.host, settings.port)
+    await GracefulServer(config, settings.shutdown_grace_s).serve(sockets=[listener])
+    return 0
 
 
 def main() -> None:
     settings = GatewaySettings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-                timeout_graceful_shutdown=5)
+    try:
+        listener = bind(settings.host, settings.port)
+    except OSError as exc:
+        log.error("gateway cannot listen on %s:%d: %s", settings.host, settings.port, exc)
+        sys.exit(EXIT_CANNOT_BIND)
+    sys.exit(asyncio.run(serve(settings, listener)))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Settings of the gateway process and of the Python client for services."""
 
+import re
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.settings import FleetSettings
 
@@ -10,6 +11,15 @@ from common.settings import FleetSettings
 class ClientSettings(FleetSettings):
     default_timeout_s: float = Field(10.0, gt=0, description="Deadline of a request when the caller names none")
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the client creates it")
+    max_waits: int = Field(10_000, ge=1, description="Concurrent infer() waits per process; more are refused "
+                           "(Overloaded) instead of growing the pending map without bound")
+    redis_connect_timeout_s: float = Field(2.0, gt=0, description="Redis connect timeout of the client's connections")
+    # Longer than the reply reader's 1 s blocking XREAD, or every idle read would time out.
+    redis_socket_timeout_s: float = Field(5.0, gt=1.0, description="Redis socket (read/write) timeout")
+    reader_max_backoff_s: float = Field(1.0, gt=0, le=30, description="Longest pause between the reply reader's "
+                                        "reconnection attempts while Redis is away")
+    log_every_s: float = Field(10.0, gt=0, description="Repeated errors about one dependency are logged once per "
+                               "this interval, with a count")
 
 
 class GatewaySettings(ClientSettings):
@@ -18,9 +28,28 @@ class GatewaySettings(ClientSettings):
     models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are 413")
     max_text_chars: int = Field(8192, ge=1, description="Longer texts are 422")
+    max_params_depth: int = Field(8, ge=1, le=64, description="`params` nested deeper than this is 422")
+    max_params_bytes: int = Field(16 * 1024, ge=16, description="`params` larger than this, packed, is 422")
+    max_timeout_ms: int = Field(60_000, gt=0, le=600_000, description="A longer `timeout_ms` is 422")
+    max_in_flight: int = Field(1000, ge=1, description="Concurrent /v1 requests per process; more are 429")
+    results_topic_pattern: str = Field(r"fleet\.results.*", description="Regex a `results_topic` must match in "
+                                       "full; others are 422")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of 429 and 503 answers")
+    startup_timeout_s: float = Field(30.0, gt=0, description="Give up (exit non-zero) when Kafka or Redis do not "
+                                     "answer within this at start")
+    shutdown_grace_s: float = Field(10.0, gt=0, description="After SIGTERM the process ends within this")
     rule_fallbacks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per model, a safe answer "
                                                       "(outputs) given when no worker of any kind is alive and the "
                                                       "deadline is near, marked degraded")
     rule_fallback_enabled: bool = Field(True, description="Switch the rule-based answers off without removing them")
     rule_fallback_margin: float = Field(0.1, gt=0, lt=1, description="Answer from the rule when this fraction of "
                                         "the deadline is left and nothing is alive")
+
+    @field_validator("results_topic_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern

@@ -2,20 +2,24 @@
 
 One process has one waiter id and one reply stream (`fleet:reply:<waiter id>`). A single
 background task reads the stream with a blocking XREAD and resolves the future of each
-request id; thousands of concurrent waits share that one connection. If the reader fails
-for good, its exception is passed to every pending future (as aiokafka does), so callers
-never hang on a dead reader.
+request id; thousands of concurrent waits share that one connection.
+
+The reader never gives up: when Redis is away it reconnects forever with bounded backoff,
+reports itself down (`down_reason`, for /readyz) and refuses new waits meanwhile. Waits
+already pending keep waiting until their own deadline: their replies can still come once
+Redis is back, since the reader resumes after the last entry it read.
 """
 
 import asyncio
 import logging
 import secrets
+import time
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from common.logs import LogThrottle
+from gateway.errors import FleetUnavailable, Overloaded
 from schemas.names import reply_stream
 from schemas.wire import Result
 
@@ -23,21 +27,35 @@ log = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 1000
 READ_COUNT = 1000
+STARTING = "starting"
+Entries = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
 
 class ReplyWaiter:
-    def __init__(self, redis: Redis, waiter_id: str | None = None, *, reconnect_for_s: float = 30.0) -> None:
+    def __init__(self, redis: Redis, waiter_id: str | None = None, *, max_pending: int = 100_000,
+                 max_backoff_s: float = 1.0, log_every_s: float = 10.0) -> None:
         self.waiter_id = waiter_id or secrets.token_hex(8)
         self.stream = reply_stream(self.waiter_id)
         self._redis = redis
-        self._reconnect_for_s = reconnect_for_s
+        self._max_pending = max_pending
+        self._max_backoff_s = max_backoff_s
+        self._throttle = LogThrottle(log, log_every_s)
         self._pending: dict[str, asyncio.Future[Result]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._last_id = "0-0"
+        self._down_reason: str | None = STARTING
+        self._down_since = time.monotonic()
 
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def down_reason(self) -> str | None:
+        """Why replies cannot be read now, or None while the reader reads."""
+        if self._reader is None or self._reader.done():
+            return "reply reader not running"
+        return self._down_reason
 
     def start(self) -> None:
         if self._reader is None:
@@ -51,14 +69,25 @@ class ReplyWaiter:
             except (asyncio.CancelledError, Exception):
                 pass
             self._reader = None
-        self._fail_all(ConnectionError("reply waiter stopped"))
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(ConnectionError("reply waiter stopped"))
 
     def expect(self, request_id: str) -> asyncio.Future[Result]:
-        """Register interest before producing the request, so no reply can arrive unseen."""
-        if self._reader is None or self._reader.done():
-            raise RuntimeError("reply waiter is not running")
+        """Register interest before producing the request, so no reply can arrive unseen.
+
+        FleetUnavailable while the reader cannot read (the reply could not be received),
+        Overloaded when `max_pending` waits are pending already.
+        """
+        if self._reader is None:
+            raise RuntimeError("reply waiter is not started")
+        if (reason := self.down_reason) not in (None, STARTING):  # a wait from the first moments is read later
+            raise FleetUnavailable("redis", f"reply reader down: {reason}")
         future = self._pending.get(request_id)
         if future is None:
+            if len(self._pending) >= self._max_pending:
+                raise Overloaded(self._max_pending)
             future = asyncio.get_running_loop().create_future()
             self._pending[request_id] = future
         return future
@@ -69,48 +98,55 @@ class ReplyWaiter:
             future.cancel()
 
     async def _read_forever(self) -> None:
-        try:
-            while True:
-                for _stream, entries in await self._read_with_retry():
-                    for entry_id, fields in entries:
-                        self._last_id = entry_id
-                        self._resolve(fields)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("reply reader for %s failed: %s", self.stream, exc)
-            self._fail_all(exc)
-            raise
+        while True:
+            await self._connect()
+            try:
+                while True:
+                    self._deliver(await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT,
+                                                          block=READ_BLOCK_MS))
+            except Exception as exc:  # whatever Redis did, the reader reconnects; cancellation ends it
+                self._went_down(exc)
 
-    async def _read_with_retry(self) -> list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]:
-        """One blocking XREAD; connection trouble is retried until reconnect_for_s were spent backing off.
-
-        (Not tenacity's stop_after_delay: that counts from the start of the first attempt, so a
-        read stalled longer than the window would never be retried.)
-        """
-        window = self._reconnect_for_s
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, OSError)),
-            wait=wait_exponential(multiplier=0.05, max=2.0),
-            stop=lambda state: state.idle_for >= window,
-            reraise=True,
-        ):
+    async def _connect(self) -> None:
+        """PING until Redis answers, forever, with a bounded pause between attempts."""
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type(Exception),
+                                           wait=wait_exponential(multiplier=0.05, max=self._max_backoff_s),
+                                           before_sleep=self._attempt_failed):
             with attempt:
-                return await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT, block=READ_BLOCK_MS)
-        raise AssertionError("unreachable: tenacity reraises the last error")
+                await self._redis.ping()
+        if self._down_reason not in (None, STARTING):
+            held = self._throttle.reset("redis")
+            log.info("reply reader for %s reads again after %.1f s (%d reconnection attempts not logged)",
+                     self.stream, time.monotonic() - self._down_since, held)
+        self._down_reason = None
 
-    def _resolve(self, fields: dict[bytes, bytes]) -> None:
-        request_id = fields[b"id"].decode()
-        future = self._pending.pop(request_id, None)
+    def _attempt_failed(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if exc is not None:
+            self._went_down(exc)
+
+    def _went_down(self, exc: BaseException) -> None:
+        if self._down_reason is None:
+            self._down_since = time.monotonic()
+        self._down_reason = f"{type(exc).__name__}: {exc}"[:300]
+        self._throttle.log(logging.WARNING, "redis", "reply reader for %s cannot read from Redis: %s",
+                           self.stream, self._down_reason)
+
+    def _deliver(self, entries: Entries) -> None:
+        for _stream, stream_entries in entries:
+            for entry_id, fields in stream_entries:
+                self._last_id = entry_id
+                self._resolve(entry_id, fields)
+
+    def _resolve(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+        raw_id = fields.get(b"id")
+        if raw_id is None:
+            self._throttle.log(logging.WARNING, "malformed", "reply %r on %s has no id; skipped", entry_id, self.stream)
+            return
+        future = self._pending.pop(raw_id.decode(errors="replace"), None)
         if future is None or future.done():
             return  # a duplicate delivery, or a caller that stopped waiting: first reply wins
         try:
-            future.set_result(Result.decode(fields[b"result"]))
+            future.set_result(Result.decode(fields.get(b"result", b"")))
         except Exception as exc:
             future.set_exception(exc)
-
-    def _fail_all(self, exc: BaseException) -> None:
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(exc)

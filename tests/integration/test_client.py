@@ -66,10 +66,10 @@ async def test_reply_reader_survives_a_redis_timeout_after_long_healthy_operatio
     from gateway.waiter import ReplyWaiter
 
     redis = Redis.from_url(stack.redis_url, socket_timeout=1.5)  # longer than the reader's 1 s block
-    waiter = ReplyWaiter(redis, reconnect_for_s=1.0)
+    waiter = ReplyWaiter(redis, max_backoff_s=0.5)
     waiter.start()
     try:
-        await asyncio.sleep(1.5)  # healthy for longer than the reconnect window
+        await asyncio.sleep(1.5)
         time.sleep(2.0)  # a stalled event loop makes the in-flight blocking read time out
         await asyncio.sleep(1.5)
         future = waiter.expect("ab" * 16)  # raises if the reader died

@@ -102,7 +102,7 @@ def test_result_lookup_of_a_malformed_id_is_422(gateway_url: str) -> None:
 def test_health_readiness_metrics_and_openapi(gateway_url: str) -> None:
     assert httpx.get(f"{gateway_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway_url}/readyz").json()
-    assert ready == {"ready": True, "checks": {"redis": True, "kafka": True}}
+    assert ready == {"ready": True, "checks": {"redis": True, "kafka": True, "reply_reader": True}, "reasons": {}}
     metrics = httpx.get(f"{gateway_url}/metrics").text
     assert "fleet_gateway_requests_total" in metrics
     paths = httpx.get(f"{gateway_url}/openapi.json").json()["paths"]
@@ -131,3 +131,29 @@ def test_rule_based_fallback_answers_when_nothing_is_alive(gateway_url: str) -> 
     assert elapsed < 1.0, "the safe answer comes before the deadline, not after it"
     metrics = httpx.get(f"{gateway_url}/metrics").text
     assert f'fleet_gateway_rule_answers_total{{model="{RULE_MODEL}"}} 1.0' in metrics
+
+
+def test_chunked_body_over_the_limit_is_413(gateway_url: str) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(10):
+            yield b"x" * 1000  # no Content-Length: the limit is found while reading
+        yield b'"}'
+
+    response = httpx.post(f"{gateway_url}/v1/models/{MODEL}/infer", content=chunks(),
+                          headers={"content-type": "application/json"}, timeout=10)
+    assert response.status_code == 413, response.text
+    assert response.json() == {"detail": "request body is over the limit of 4096 bytes"}
+
+
+async def test_cache_hits_come_back_with_their_timings(gateway_url: str, serve, worker_settings) -> None:  # type: ignore[no-untyped-def]
+    text = f"cached through the gateway {time.time_ns()}"
+    cached = worker_settings.model_copy(update={"exact_cache": True})
+    async with serve(cached), httpx.AsyncClient(base_url=gateway_url, timeout=30) as http:
+        first = (await http.post(f"/v1/models/{MODEL}/infer", json={"text": text})).json()
+        second = (await http.post(f"/v1/models/{MODEL}/infer", json={"text": text})).json()
+        stored = (await http.get(f"/v1/results/{second['id']}")).json()
+    assert first["cache"] == "miss" and second["cache"] == "exact"
+    assert {"gateway_ms", "produce_ms", "end_to_end_ms"} <= set(second["timings"])
+    assert set(stored["timings"]) <= set(second["timings"]), "the gateway drops none of the worker's timings"
+    assert second["timings"]["gateway_ms"] >= second["timings"]["end_to_end_ms"] > 0
