@@ -22,7 +22,7 @@ import shutil
 import sys
 
 from fleet.stack import kafka_cluster, redis_cluster, topology as stack_topology
-from fleet.stack.launch import Alive, start_kafka_node, start_redis_node
+from fleet.stack.launch import Alive, refuse_taken_ports, start_kafka_node, start_redis_node
 from fleet.stack.layout import Stack, StackSettings
 from fleet.stack.proc import StackError, stop_all
 from fleet.stack.readiness import Echo, ProcessExited, answers, wait_for_kafka, wait_for_redis
@@ -36,6 +36,7 @@ def up(settings: StackSettings, echo: Echo = print, *, brokers: int = 1, redis_c
     """Start every node of the stack unless it runs already, then wait until all of them answer."""
     stack = Stack.planned(settings, brokers=brokers, redis_cluster=redis_cluster)
     _refuse_another_running_topology(stack)
+    refuse_taken_ports(stack)
     stack_topology.save(stack.topology_file, stack.topology)  # first, so `down` finds a half-started stack
     kafka_alive = [start_kafka_node(stack, layout, echo) for layout in stack.kafka_nodes]
     redis_alive = [start_redis_node(stack, layout, echo) for layout in stack.redis_nodes]

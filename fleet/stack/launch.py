@@ -11,24 +11,22 @@ from collections.abc import Callable
 from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis
 from fleet.stack.kafka_server import Replication
 from fleet.stack.layout import KafkaLayout, RedisLayout, Stack
-from fleet.stack.proc import StackError, pid_alive, port_open
+from fleet.stack.proc import Endpoint, Managed, StackError, pid_alive, port_open
 from fleet.stack.topology import REDIS_BUS_OFFSET
 
 Echo = Callable[[str], None]
 Alive = Callable[[], bool]
+_SYSTEM_REDIS_HINT = " (a system redis? `service redis-server stop`)"
 
 
 def start_kafka_node(stack: Stack, layout: KafkaLayout, echo: Echo) -> Alive:
     """Start one Kafka node unless it runs already; returns whether its process is still alive."""
     proc = layout.proc
-    running = proc.pid()
+    running = _already_running(proc, echo)
     if running is not None:
-        echo(f"{proc.name} already running (pid {running})")
-        return lambda: proc.pid() is not None
+        return running
     node = layout.node
-    for endpoint in (node.broker, node.controller):
-        if port_open(endpoint.host, endpoint.port):
-            raise StackError(f"something that is not ours already listens on {endpoint}; stop it first")
+    _refuse_taken_ports([node.broker, node.controller])
     if not stack_kafka.jars_ready(stack.libs):
         stack_kafka.fetch_jars(stack.libs, echo)
     for folder in (layout.conf_dir, layout.data_dir, layout.log_dir):
@@ -80,23 +78,15 @@ def _quorum_cluster_id(stack: Stack) -> str:
 def start_redis_node(stack: Stack, layout: RedisLayout, echo: Echo) -> Alive:
     """Start one Redis node (single or cluster mode) unless it runs already."""
     proc = layout.proc
-    running = proc.pid()
+    running = _already_running(proc, echo)
     if running is not None:
-        echo(f"{proc.name} already running (pid {running})")
-        return lambda: proc.pid() is not None
+        return running
     server = stack_redis.ensure_redis_server(echo)
-    cluster = stack.topology.redis_cluster
-    ports = [layout.at.port] + ([layout.at.port + REDIS_BUS_OFFSET] if cluster else [])
-    for port in ports:
-        if port_open(layout.at.host, port):
-            raise StackError(
-                f"something that is not ours already listens on {layout.at.host}:{port} "
-                "(a system redis? `service redis-server stop`); stop it first"
-            )
+    _refuse_taken_ports(_redis_ports(stack, layout), _SYSTEM_REDIS_HINT)
     layout.data_dir.mkdir(parents=True, exist_ok=True)
     settings = stack.settings
     memory = (settings.redis_maxmemory, settings.redis_maxmemory_policy)
-    if cluster:
+    if stack.topology.redis_cluster:
         argv = stack_redis.redis_cluster_argv(
             server, layout.at, layout.data_dir, *memory, settings.redis_cluster_node_timeout_ms
         )
@@ -105,3 +95,32 @@ def start_redis_node(stack: Stack, layout: RedisLayout, echo: Echo) -> Alive:
     pid = proc.start(argv, cwd=stack.root)
     echo(f"started {proc.name} on {layout.at} (pid {pid}), log {proc.log_file}")
     return lambda: pid_alive(pid)
+
+
+def refuse_taken_ports(stack: Stack) -> None:
+    """Fail before anything starts when a port of a node that is not running is taken by someone else."""
+    for kafka in stack.kafka_nodes:
+        if kafka.proc.pid() is None:
+            _refuse_taken_ports([kafka.node.broker, kafka.node.controller])
+    for redis in stack.redis_nodes:
+        if redis.proc.pid() is None:
+            _refuse_taken_ports(_redis_ports(stack, redis), _SYSTEM_REDIS_HINT)
+
+
+def _redis_ports(stack: Stack, layout: RedisLayout) -> list[Endpoint]:
+    bus = [Endpoint(layout.at.host, layout.at.port + REDIS_BUS_OFFSET)] if stack.topology.redis_cluster else []
+    return [layout.at, *bus]
+
+
+def _already_running(proc: Managed, echo: Echo) -> Alive | None:
+    running = proc.pid()
+    if running is None:
+        return None
+    echo(f"{proc.name} already running (pid {running})")
+    return lambda: proc.pid() is not None
+
+
+def _refuse_taken_ports(endpoints: list[Endpoint], hint: str = "") -> None:
+    for endpoint in endpoints:
+        if port_open(endpoint.host, endpoint.port):
+            raise StackError(f"something that is not ours already listens on {endpoint}{hint}; stop it first")
