@@ -1,12 +1,16 @@
-"""The local stack: a real single-node Kafka (KRaft) and a real Redis, no Docker needed.
+"""The local stack: real Kafka (KRaft) and real Redis, no Docker needed.
 
-    python -m fleet.stack up            # fetch jars / install redis-server when missing, start, wait
-    python -m fleet.stack status        # running (pid) or not, and whether each answers
-    python -m fleet.stack down [--wipe] # stop what `up` started; --wipe also deletes the data
+    python -m fleet.stack up                      # one Kafka node and one Redis (the default)
+    python -m fleet.stack up --brokers 3          # a 3-node KRaft quorum, replication factor 3
+    python -m fleet.stack up --redis-cluster      # 3 Redis masters with one replica each
+    python -m fleet.stack status                  # every node: pid, answers; leaders, ISR, slots
+    python -m fleet.stack down [--wipe]           # stop what `up` started; --wipe also deletes the data
 
-Ports come from the shared settings (FLEET_KAFKA_BOOTSTRAP, FLEET_REDIS_URL); everything the
-stack writes lives under <home>/stack/ (FLEET_HOME, default .fleet in the working directory):
-kafka-libs/ (jars), data/ (Kafka log dirs, Redis dir), logs/, run/ (pid files), conf/.
+Base ports come from the shared settings (FLEET_KAFKA_BOOTSTRAP, FLEET_KAFKA_CONTROLLER_PORT,
+FLEET_REDIS_URL; fleet/stack/topology.py says how the nodes of a cluster are numbered from
+them); everything the stack writes lives under <home>/stack/ (FLEET_HOME, default .fleet in the
+working directory), laid out as fleet/stack/layout.py says. `up` records the topology it
+started, so `status` and `down` need no flags.
 """
 
 from __future__ import annotations
@@ -16,305 +20,126 @@ import asyncio
 import logging
 import shutil
 import sys
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-import redis.asyncio as aioredis
-from aiokafka.admin import AIOKafkaAdminClient
-from pydantic import Field
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    RetryError,
-    retry_if_not_exception_type,
-    stop_after_delay,
-    wait_fixed,
-)
+from fleet.stack import kafka_cluster, redis_cluster, topology as stack_topology
+from fleet.stack.launch import Alive, refuse_taken_ports, start_kafka_node, start_redis_node
+from fleet.stack.layout import Stack, StackSettings
+from fleet.stack.proc import StackError, stop_all
+from fleet.stack.readiness import Echo, ProcessExited, answers, wait_for_kafka, wait_for_redis
+from fleet.stack.report import cluster_status
+from fleet.stack.topology import REDIS_CLUSTER_REPLICAS_PER_MASTER
 
-from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis
-from common.settings import FleetSettings
-from fleet.stack.proc import Endpoint, Managed, StackError, port_open
-
-Echo = Callable[[str], None]
+__all__ = ["ProcessExited", "Stack", "StackSettings", "down", "status", "up", "wait_for_kafka", "wait_for_redis"]
 
 
-class StackSettings(FleetSettings):
-    kafka_controller_port: int = Field(
-        default=9093, gt=0, lt=65536, description="KRaft controller listener port (loopback)"
-    )
-    partitions: int = Field(default=4, ge=1, description="num.partitions: partitions of auto-created topics")
-    kafka_heap_min: str = Field(default="256m", description="JVM -Xms of the broker")
-    kafka_heap_max: str = Field(default="768m", description="JVM -Xmx of the broker")
-    redis_maxmemory: str = Field(default="256mb", description="Redis maxmemory")
-    redis_maxmemory_policy: str = Field(default="volatile-lru", description="Redis eviction policy: volatile-lru "
-                                        "evicts only keys with a TTL (results, cache entries, replies), never the "
-                                        "version pointers, audit log or cache generation")
-    stack_start_timeout_s: float = Field(
-        default=90.0, gt=0, description="How long `up` waits for both servers to answer"
-    )
-    stack_stop_timeout_s: float = Field(default=30.0, gt=0, description="SIGTERM grace period before SIGKILL")
-
-
-class ProcessExited(StackError):
-    """The server process died while we waited for it to answer."""
-
-
-# --- readiness --------------------------------------------------------------------------------
-
-
-async def wait_for_kafka(
-    bootstrap: str, timeout_s: float, *, alive: Callable[[], bool] | None = None, progress: Echo | None = None
-) -> None:
-    """Return once Kafka at `bootstrap` answers a metadata request naming a broker; StackError on timeout."""
-    await _until_answers(lambda: _kafka_answers(bootstrap), f"kafka at {bootstrap}", timeout_s, alive, progress)
-
-
-async def wait_for_redis(
-    url: str, timeout_s: float, *, alive: Callable[[], bool] | None = None, progress: Echo | None = None
-) -> None:
-    """Return once Redis at `url` answers PING; StackError on timeout."""
-    await _until_answers(lambda: _redis_answers(url), f"redis at {url}", timeout_s, alive, progress)
-
-
-async def _kafka_answers(bootstrap: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    try:
-        await admin.start()
-        cluster = await admin.describe_cluster()
-        if not cluster.get("brokers"):
-            raise ConnectionError("metadata names no broker yet")
-    finally:
-        await admin.close()
-
-
-async def _redis_answers(url: str) -> None:
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-    try:
-        if not await client.ping():
-            raise ConnectionError("PING was not answered")
-    finally:
-        await client.aclose()
-
-
-async def _until_answers(
-    check: Callable[[], Awaitable[None]],
-    what: str,
-    timeout_s: float,
-    alive: Callable[[], bool] | None,
-    progress: Echo | None,
-) -> None:
-    started = time.monotonic()
-    last_report = [started]
-
-    def report(state: RetryCallState) -> None:
-        now = time.monotonic()
-        if progress is not None and now - last_report[0] >= 5:
-            last_report[0] = now
-            progress(f"  waiting for {what} ({now - started:.0f}s)")
-
-    retrying = AsyncRetrying(
-        stop=stop_after_delay(timeout_s),
-        wait=wait_fixed(0.5),
-        retry=retry_if_not_exception_type(ProcessExited),
-        before_sleep=report,
-    )
-    try:
-        async for attempt in retrying:
-            with attempt:
-                if alive is not None and not alive():
-                    raise ProcessExited(f"{what}: the process exited")
-                remaining = max(timeout_s - (time.monotonic() - started), 0.5)
-                await asyncio.wait_for(check(), timeout=min(10.0, remaining))
-    except RetryError as exc:
-        last = exc.last_attempt.exception()
-        raise StackError(f"{what} did not answer within {timeout_s:.0f}s: {last!r}") from last
-
-
-async def _answers(check: Awaitable[None]) -> bool:
-    try:
-        await check
-    except StackError:
-        return False
-    return True
-
-
-# --- layout -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stack:
-    settings: StackSettings
-    root: Path
-    kafka_at: Endpoint
-    redis_at: Endpoint
-
-    @classmethod
-    def of(cls, settings: StackSettings) -> Stack:
-        return cls(
-            settings,
-            settings.home.resolve() / "stack",
-            stack_kafka.parse_bootstrap(settings.kafka_bootstrap),
-            stack_redis.parse_redis_url(settings.redis_url),
-        )
-
-    @property
-    def libs(self) -> Path:
-        return self.root / "kafka-libs"
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def conf(self) -> Path:
-        return self.root / "conf"
-
-    @property
-    def kafka_data(self) -> Path:
-        return self.data / "kafka"
-
-    @property
-    def redis_data(self) -> Path:
-        return self.data / "redis"
-
-    @property
-    def server_properties(self) -> Path:
-        return self.conf / "server.properties"
-
-    @property
-    def log4j(self) -> Path:
-        return self.conf / "log4j.properties"
-
-    @property
-    def kafka(self) -> Managed:
-        markers = (stack_kafka.KAFKA_MAIN, str(self.server_properties))
-        return Managed("kafka", self.root / "run" / "kafka.pid", self.logs / "kafka.out", markers)
-
-    @property
-    def redis(self) -> Managed:
-        markers = ("redis-server", str(self.redis_at.port))
-        return Managed("redis", self.root / "run" / "redis.pid", self.logs / "redis.log", markers)
-
-
-# --- commands -----------------------------------------------------------------------------------
-
-
-def up(settings: StackSettings, echo: Echo = print) -> None:
-    """Start Kafka and Redis unless they run already, then wait until both answer."""
-    stack = Stack.of(settings)
-    alive = {"kafka": _start_kafka(stack, echo), "redis": _start_redis(stack, echo)}
+def up(settings: StackSettings, echo: Echo = print, *, brokers: int = 1, redis_cluster: bool = False) -> Stack:
+    """Start every node of the stack unless it runs already, then wait until all of them answer."""
+    stack = Stack.planned(settings, brokers=brokers, redis_cluster=redis_cluster)
+    _refuse_another_running_topology(stack)
+    refuse_taken_ports(stack)
+    stack_topology.save(stack.topology_file, stack.topology)  # first, so `down` finds a half-started stack
+    kafka_alive = [start_kafka_node(stack, layout, echo) for layout in stack.kafka_nodes]
+    redis_alive = [start_redis_node(stack, layout, echo) for layout in stack.redis_nodes]
     timeout = settings.stack_start_timeout_s
-    echo(f"waiting for kafka ({stack.kafka_at}) and redis ({stack.redis_at}) to answer (up to {timeout:.0f}s)")
-
-    async def wait_both() -> None:
-        await asyncio.gather(
-            wait_for_kafka(settings.kafka_bootstrap, timeout, alive=alive["kafka"], progress=echo),
-            wait_for_redis(settings.redis_url, timeout, alive=alive["redis"], progress=echo),
-        )
-
+    echo(f"waiting for {stack.topology.describe()} to answer (up to {timeout:.0f}s)")
     try:
-        asyncio.run(wait_both())
+        asyncio.run(_wait_ready(stack, kafka_alive, redis_alive, echo))
     except StackError as exc:
-        for proc in (stack.kafka, stack.redis):
+        for proc in stack.processes():
             echo(f"--- last lines of {proc.log_file} ---\n{proc.log_tail()}")
-        if stack.kafka.log_file.exists():
-            echo(f"(kafka's own log: {stack.logs / 'kafka' / 'server.log'})")
+        echo(f"(kafka's own logs: {stack.logs}/kafka*/server.log)")
         raise StackError(f"{exc}\nthe stack is not ready; `scripts/stack down` stops what was started") from exc
-    echo(f"kafka  {stack.kafka_at}  pid {stack.kafka.pid()}  ready")
-    echo(f"redis  {stack.redis_at}  pid {stack.redis.pid()}  ready")
-    echo(f"logs: {stack.logs}   data: {stack.data}   jars: {stack.libs}")
+    _report_ready(stack, echo)
+    return stack
 
 
-def _start_kafka(stack: Stack, echo: Echo) -> Callable[[], bool]:
-    proc = stack.kafka
-    running = proc.pid()
-    if running is not None:
-        echo(f"kafka already running (pid {running})")
-        return lambda: proc.pid() is not None
-    settings = stack.settings
-    for port in (stack.kafka_at.port, settings.kafka_controller_port):
-        if port_open(stack.kafka_at.host, port):
-            raise StackError(
-                f"something that is not ours already listens on {stack.kafka_at.host}:{port}; stop it first"
-            )
-    if not stack_kafka.jars_ready(stack.libs):
-        stack_kafka.fetch_jars(stack.libs, echo)
-    for folder in (stack.conf, stack.kafka_data, stack.logs / "kafka"):
-        folder.mkdir(parents=True, exist_ok=True)
-    stack.server_properties.write_text(
-        stack_kafka.render_server_properties(
-            stack.kafka_at, settings.kafka_controller_port, stack.kafka_data, settings.partitions
-        )
-    )
-    stack.log4j.write_text(stack_kafka.render_log4j(stack.logs / "kafka"))
-    if not stack_kafka.is_formatted(stack.kafka_data):
-        cluster_id = stack_kafka.format_storage(stack.libs, stack.log4j, stack.server_properties, proc.log_file)
-        echo(f"formatted kafka storage in {stack.kafka_data} (cluster id {cluster_id})")
-    argv = stack_kafka.java_argv(
-        stack.libs,
-        stack.log4j,
-        stack_kafka.KAFKA_MAIN,
-        str(stack.server_properties),
-        heap=(settings.kafka_heap_min, settings.kafka_heap_max),
-    )
-    popen = proc.start(argv, cwd=stack.root)
-    echo(f"started kafka {stack_kafka.kafka_version(stack.libs)} (pid {popen.pid}), log {proc.log_file}")
-    return lambda: popen.poll() is None
-
-
-def _start_redis(stack: Stack, echo: Echo) -> Callable[[], bool]:
-    proc = stack.redis
-    running = proc.pid()
-    if running is not None:
-        echo(f"redis already running (pid {running})")
-        return lambda: proc.pid() is not None
-    server = stack_redis.ensure_redis_server(echo)
-    if port_open(stack.redis_at.host, stack.redis_at.port):
+def _refuse_another_running_topology(stack: Stack) -> None:
+    running = Stack.recorded(stack.settings)
+    if running.topology == stack.topology:
+        return
+    alive = [proc.name for proc in running.processes() if proc.pid() is not None]
+    if alive:
         raise StackError(
-            f"something that is not ours already listens on {stack.redis_at} "
-            "(a system redis? `service redis-server stop`); stop it first"
+            f"the stack already runs as {running.topology.describe()} ({', '.join(alive)}); "
+            "`scripts/stack down` it first"
         )
-    stack.redis_data.mkdir(parents=True, exist_ok=True)
-    settings = stack.settings
-    argv = stack_redis.redis_argv(
-        server, stack.redis_at, stack.redis_data, settings.redis_maxmemory, settings.redis_maxmemory_policy
+
+
+async def _wait_ready(stack: Stack, kafka_alive: list[Alive], redis_alive: list[Alive], echo: Echo) -> None:
+    await asyncio.gather(_wait_kafka_ready(stack, kafka_alive, echo), _wait_redis_ready(stack, redis_alive, echo))
+
+
+async def _wait_kafka_ready(stack: Stack, kafka_alive: list[Alive], echo: Echo) -> None:
+    timeout = stack.settings.stack_start_timeout_s
+    await wait_for_kafka(
+        stack.topology.bootstrap,
+        timeout,
+        brokers=len(kafka_alive),
+        alive=lambda: all(alive() for alive in kafka_alive),
+        progress=echo,
     )
-    popen = proc.start(argv, cwd=stack.root)
-    echo(f"started redis-server (pid {popen.pid}), log {proc.log_file}")
-    return lambda: popen.poll() is None
+    if stack.topology.kafka_cluster:  # a restarted quorum: every node back in every ISR
+        await kafka_cluster.wait_in_sync(stack.topology.kafka, timeout, progress=echo)
+
+
+async def _wait_redis_ready(stack: Stack, redis_alive: list[Alive], echo: Echo) -> None:
+    timeout = stack.settings.stack_start_timeout_s
+    if not stack.topology.redis_cluster:
+        await wait_for_redis(stack.settings.redis_url, timeout, alive=redis_alive[0], progress=echo)
+        return
+    nodes = stack.topology.redis
+    await asyncio.gather(
+        *(
+            wait_for_redis(f"redis://{node}/0", timeout, alive=alive, progress=echo)
+            for node, alive in zip(nodes, redis_alive, strict=True)
+        )
+    )
+    await redis_cluster.ensure_cluster(nodes, REDIS_CLUSTER_REPLICAS_PER_MASTER, echo)
+    await redis_cluster.wait_cluster_whole(nodes, timeout, progress=echo)
+
+
+def _report_ready(stack: Stack, echo: Echo) -> None:
+    cluster = stack.topology.kafka_cluster or stack.topology.redis_cluster
+    for kafka in stack.kafka_nodes:
+        where = f"{kafka.node.broker} (controller {kafka.node.controller.port})" if cluster else str(kafka.node.broker)
+        echo(f"{kafka.proc.name:6} {where}  pid {kafka.proc.pid()}  ready")
+    for redis in stack.redis_nodes:
+        echo(f"{redis.proc.name:6} {redis.at}  pid {redis.proc.pid()}  ready")
+    echo(f"logs: {stack.logs}   data: {stack.data}   jars: {stack.libs}")
+    if cluster:
+        echo("the fleet's processes find this stack with:")
+        for line in stack.topology.env_lines():
+            echo(f"  {line}")
 
 
 def down(settings: StackSettings, wipe: bool = False, echo: Echo = print) -> None:
     """Stop the servers `up` started (by their pid files); `wipe` also deletes the data folder."""
-    stack = Stack.of(settings)
-    for proc in (stack.kafka, stack.redis):
-        pid = proc.stop(settings.stack_stop_timeout_s)
+    stack = Stack.recorded(settings)
+    processes = stack.processes()
+    for proc, pid in zip(processes, stop_all(processes, settings.stack_stop_timeout_s), strict=True):
         echo(f"{proc.name}: stopped (pid {pid})" if pid is not None else f"{proc.name}: not running")
+    stack.topology_file.unlink(missing_ok=True)
     if wipe and stack.data.exists():
         shutil.rmtree(stack.data)
         echo(f"wiped {stack.data}")
 
 
 def status(settings: StackSettings, echo: Echo = print) -> bool:
-    """Print each server's state; True when both run (ours) and answer."""
-    stack = Stack.of(settings)
+    """Print each server's state; True when all run (ours), answer, and nothing is under-replicated."""
+    stack = Stack.recorded(settings)
+    if stack.topology.kafka_cluster or stack.topology.redis_cluster:
+        return asyncio.run(cluster_status(stack, echo))
+    [kafka], [redis] = stack.kafka_nodes, stack.redis_nodes
 
     async def probe() -> tuple[bool, bool]:
-        kafka, redis_ok = await asyncio.gather(
-            _answers(wait_for_kafka(settings.kafka_bootstrap, 3.0)), _answers(wait_for_redis(settings.redis_url, 3.0))
+        kafka_ok, redis_ok = await asyncio.gather(
+            answers(wait_for_kafka(settings.kafka_bootstrap, 3.0)), answers(wait_for_redis(settings.redis_url, 3.0))
         )
-        return kafka, redis_ok
+        return kafka_ok, redis_ok
 
-    answers = asyncio.run(probe())
     healthy = True
     for proc, endpoint, answer in zip(
-        (stack.kafka, stack.redis), (stack.kafka_at, stack.redis_at), answers, strict=True
+        (kafka.proc, redis.proc), (kafka.node.broker, redis.at), asyncio.run(probe()), strict=True
     ):
         pid = proc.pid()
         state = f"running (pid {pid})" if pid is not None else "not running"
@@ -326,13 +151,16 @@ def status(settings: StackSettings, echo: Echo = print) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fleet.stack", description="The local stack: single-node Kafka (KRaft) and Redis."
+        prog="python -m fleet.stack", description="The local stack: Kafka (KRaft) and Redis."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("up", help="start Kafka and Redis (idempotent) and wait until they answer")
-    wipe = commands.add_parser("down", help="stop the Kafka and Redis this stack started")
+    start = commands.add_parser("up", help="start Kafka and Redis (idempotent) and wait until they answer")
+    start.add_argument("--brokers", type=int, default=1, metavar="N",
+                       help="Kafka nodes (broker+controller each); 3 gives replication factor 3, min ISR 2")
+    start.add_argument("--redis-cluster", action="store_true", help="a Redis Cluster: 3 masters, 1 replica each")
+    wipe = commands.add_parser("down", help="stop every node this stack started")
     wipe.add_argument("--wipe", action="store_true", help="also delete the data folder")
-    commands.add_parser("status", help="show whether each server runs and answers")
+    commands.add_parser("status", help="show every node, partition leaders and ISR, Redis roles and slots")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # connection refusals while waiting are expected
@@ -340,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = StackSettings()
         if args.command == "up":
-            up(settings, echo)
+            up(settings, echo, brokers=args.brokers, redis_cluster=args.redis_cluster)
         elif args.command == "down":
             down(settings, args.wipe, echo)
         else:

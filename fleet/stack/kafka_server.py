@@ -1,9 +1,13 @@
-"""Kafka of the local stack: jars from Maven Central, single-node KRaft (broker + controller).
+"""Kafka of the local stack: jars from Maven Central, KRaft nodes that are broker and controller both.
 
 The jars are fetched with `mvn dependency:copy-dependencies` from compose/kafka/pom.xml,
 where the Kafka version is pinned; a stamp of the pom's hash next to them triggers a
-re-fetch when the pom changes. Storage is formatted once with
+re-fetch when the pom changes. A single node's storage is formatted once with
 `kafka.tools.StorageTool format --standalone` (a dynamic KRaft quorum of this one node).
+Several nodes form a static quorum: every node lists all of them in `controller.quorum.voters`
+and is formatted with the same cluster id and no quorum flag. (Kafka 3.9 could also format a
+dynamic quorum with `--initial-controllers`, which needs each node's directory id up front; the
+static one needs nothing but the ports and survives a node's restart the same way.)
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import shutil
 import subprocess
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.stack.proc import Endpoint, StackError, loopback_endpoint
+from fleet.stack.topology import KafkaNode
 
 POM = Path(__file__).resolve().parents[2] / "compose" / "kafka" / "pom.xml"
 KAFKA_MAIN = "kafka.Kafka"
@@ -40,24 +46,56 @@ def render_server_properties(broker: Endpoint, controller_port: int, log_dir: Pa
     """server.properties of a single node acting as broker and KRaft controller."""
     if controller_port == broker.port:
         raise StackError(f"kafka controller port {controller_port} equals the broker port")
-    controller = Endpoint(broker.host, controller_port)
-    props = {
+    node = KafkaNode(NODE_ID, broker, Endpoint(broker.host, controller_port))
+    quorum = {"controller.quorum.bootstrap.servers": str(node.controller)}
+    return _render(_node_properties(node, quorum, log_dir, partitions, Replication(1, 1)))
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How many copies of each partition the brokers keep, and how many must have a write for acks=all."""
+
+    factor: int
+    min_insync: int
+
+
+# A SIGKILLed node is fenced (its partitions get new leaders) after the session timeout; Kafka's
+# 9 s default makes every failover test wait that long, 6 s still leaves room for GC pauses.
+CLUSTER_TIMEOUTS = {"broker.heartbeat.interval.ms": "1000", "broker.session.timeout.ms": "6000"}
+
+
+def render_cluster_node_properties(
+    node: KafkaNode, voters: Sequence[KafkaNode], log_dir: Path, partitions: int, replication: Replication
+) -> str:
+    """server.properties of one node of a KRaft quorum of broker+controller nodes (static voters)."""
+    if node not in voters:
+        raise StackError(f"kafka node {node.node_id} is not one of the quorum's voters")
+    quorum = {"controller.quorum.voters": ",".join(voter.voter for voter in voters)}
+    props = _node_properties(node, quorum, log_dir, partitions, replication)
+    return _render({**props, **CLUSTER_TIMEOUTS})
+
+
+def _node_properties(
+    node: KafkaNode, quorum: dict[str, str], log_dir: Path, partitions: int, replication: Replication
+) -> dict[str, str]:
+    listeners = f"PLAINTEXT://{node.broker},CONTROLLER://{node.controller}"
+    return {
         "process.roles": "broker,controller",
-        "node.id": str(NODE_ID),
-        "controller.quorum.bootstrap.servers": str(controller),
-        "listeners": f"PLAINTEXT://{broker},CONTROLLER://{controller}",
-        "advertised.listeners": f"PLAINTEXT://{broker},CONTROLLER://{controller}",
+        "node.id": str(node.node_id),
+        **quorum,
+        "listeners": listeners,
+        "advertised.listeners": listeners,
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "log.dirs": str(log_dir),
         "num.partitions": str(partitions),
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(replication.factor),
+        "min.insync.replicas": str(replication.min_insync),
+        "offsets.topic.replication.factor": str(replication.factor),
         "offsets.topic.num.partitions": str(partitions),
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replication.factor),
+        "transaction.state.log.min.isr": str(replication.min_insync),
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "true",
         "delete.topic.enable": "true",
@@ -66,6 +104,9 @@ def render_server_properties(broker: Endpoint, controller_port: int, log_dir: Pa
         "log.retention.hours": "24",
         "log.segment.bytes": str(64 * 1024 * 1024),
     }
+
+
+def _render(props: dict[str, str]) -> str:
     lines = ["# Written by fleet.stack.cli on every `up`; edit fleet/stack/kafka_server.py instead."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
@@ -166,12 +207,30 @@ def is_formatted(log_dir: Path) -> bool:
     return (log_dir / "meta.properties").is_file()
 
 
-def format_storage(libs: Path, log4j: Path, server_properties: Path, log_file: Path) -> str:
-    """Format the log dir once as a standalone KRaft quorum; returns the new cluster id."""
-    cluster_id = new_cluster_id()
-    argv = java_argv(
-        libs, log4j, STORAGE_TOOL, "format", "--standalone", "-t", cluster_id, "-c", str(server_properties)
-    )
+def formatted_cluster_id(log_dir: Path) -> str | None:
+    """The cluster id a formatted log dir belongs to (from its meta.properties), or None."""
+    try:
+        lines = (log_dir / "meta.properties").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "cluster.id":
+            return value.strip()
+    return None
+
+
+def format_storage(
+    libs: Path, log4j: Path, server_properties: Path, log_file: Path, *, cluster_id: str | None = None
+) -> str:
+    """Format a node's log dir once; returns its cluster id (a new one unless `cluster_id` is given).
+
+    Without `cluster_id` the node is formatted as a standalone (one-voter, dynamic) quorum; with
+    it, as one of the static voters that its server.properties lists.
+    """
+    quorum = ["--standalone"] if cluster_id is None else []
+    cluster_id = cluster_id or new_cluster_id()
+    argv = java_argv(libs, log4j, STORAGE_TOOL, "format", *quorum, "-t", cluster_id, "-c", str(server_properties))
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("a") as log:

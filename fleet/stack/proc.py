@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,22 +66,42 @@ class Managed:
         self.pid_file.unlink(missing_ok=True)
         return None
 
-    def start(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """Start detached (own session, output appended to the log file) and write the pid file."""
+    def start(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> int:
+        """Start detached and write the pid file; returns the server's pid.
+
+        The server runs in its own session with its output appended to the log file, and it is
+        not our child: a shell starts it in the background and exits, so the server outlives us,
+        and no Popen of a still running server is left behind (Python warns about those).
+        """
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
-            proc = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=dict(env) if env is not None else None,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{proc.pid}\n")
-        return proc
+        shim = 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
+        launched = subprocess.run(
+            ["/bin/sh", "-c", shim, "sh", str(self.log_file), *argv],
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            start_new_session=True,
+            check=False,
+            timeout=30,
+        )
+        if launched.returncode != 0 or not launched.stdout.strip().isdigit():
+            raise StackError(f"could not start {self.name}: {launched.stderr.strip() or launched.stdout.strip()}")
+        pid = int(launched.stdout.strip())
+        self.pid_file.write_text(f"{pid}\n")
+        return pid
+
+    def kill(self) -> int | None:
+        """SIGKILL at once (a crash, as the chaos tests want it); returns the pid killed, or None."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        _signal(pid, signal.SIGKILL)
+        _wait_gone(pid, 10.0)
+        self.pid_file.unlink(missing_ok=True)
+        return pid
 
     def stop(self, timeout_s: float) -> int | None:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the pid stopped, or None."""
@@ -100,6 +121,27 @@ class Managed:
         except FileNotFoundError:
             return f"(no log at {self.log_file})"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_all(processes: Sequence[Managed], timeout_s: float) -> list[int | None]:
+    """Stop several servers at once: SIGTERM to all, then SIGKILL whoever outlives `timeout_s`.
+
+    Kafka nodes of one quorum must go together: a node stopped after its peers waits in vain
+    for a controller to hear its controlled shutdown.
+    """
+    pids = [proc.pid() for proc in processes]
+    for pid in pids:
+        if pid is not None:
+            _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc, pid in zip(processes, pids, strict=True):
+        if pid is None:
+            continue
+        if not _wait_gone(pid, max(deadline - time.monotonic(), 0.1)):
+            _signal(pid, signal.SIGKILL)
+            _wait_gone(pid, 10.0)
+        proc.pid_file.unlink(missing_ok=True)
+    return pids
 
 
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:

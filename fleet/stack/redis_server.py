@@ -1,4 +1,10 @@
-"""Redis of the local stack: Debian's `redis-server`, loopback only, no persistence, bounded memory."""
+"""Redis of the local stack: Debian's `redis-server`, loopback only, bounded memory, AOF persistence.
+
+Every node appends to an AOF fsynced once a second (a crash loses at most a second of results
+not yet read; requests never, they stay in Kafka until delivered) and takes no RDB snapshots.
+A Redis Cluster node adds cluster mode with its own nodes.conf in its data dir, which is how a
+restarted node finds its cluster again.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ def parse_redis_url(url: str) -> Endpoint:
 
 
 def redis_argv(server: str, endpoint: Endpoint, data_dir: Path, maxmemory: str, policy: str) -> list[str]:
-    """A foreground redis-server: loopback, no RDB snapshots, no AOF, bounded memory, logs to stdout."""
+    """A foreground redis-server: loopback, AOF (fsync every second), no RDB, bounded memory, logs to stdout."""
     return [
         server,
         "--bind", endpoint.host,
@@ -35,12 +41,30 @@ def redis_argv(server: str, endpoint: Endpoint, data_dir: Path, maxmemory: str, 
         "--protected-mode", "yes",
         "--daemonize", "no",
         "--save", "",
-        "--appendonly", "no",
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
         "--dir", str(data_dir),
         "--maxmemory", maxmemory,
         "--maxmemory-policy", policy,
         "--logfile", "",
     ]  # fmt: skip
+
+
+def redis_cluster_argv(
+    server: str, endpoint: Endpoint, data_dir: Path, maxmemory: str, policy: str, node_timeout_ms: int
+) -> list[str]:
+    """A Redis Cluster node: the single node's settings plus cluster mode (nodes.conf in `data_dir`)."""
+    cluster = [
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", str(node_timeout_ms),
+    ]  # fmt: skip
+    return [*redis_argv(server, endpoint, data_dir, maxmemory, policy), *cluster]
+
+
+def process_markers(endpoint: Endpoint, cluster: bool) -> tuple[str, ...]:
+    """What a running redis-server shows in its process title ("redis-server 127.0.0.1:6379 [cluster]")."""
+    return ("redis-server", str(endpoint), "[cluster]") if cluster else ("redis-server", str(endpoint.port))
 
 
 def ensure_redis_server(echo: Callable[[str], None]) -> str:

@@ -1,18 +1,22 @@
-"""Pure logic of the local stack: ports from the shared settings, rendered configuration, pid files."""
+"""Pure logic of the local stack: ports from the shared settings, rendered configuration, pid files.
+
+The cluster topology and the cluster-mode rendering are in test_stack_cluster_config.py."""
 
 from __future__ import annotations
 
 import base64
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis
-from fleet.stack.cli import Stack, StackSettings
-from fleet.stack.proc import Endpoint, Managed, StackError
+from fleet.stack.layout import Stack, StackSettings
+from fleet.stack.proc import Endpoint, Managed, StackError, pid_alive, stop_all
 
 
 def _props(text: str) -> dict[str, str]:
@@ -108,12 +112,14 @@ def test_jars_ready_follows_the_pom(tmp_path: Path) -> None:
     assert not stack_kafka.jars_ready(libs, pom)
 
 
-def test_redis_argv_no_persistence_bounded_memory(tmp_path: Path) -> None:
+def test_redis_argv_aof_every_second_bounded_memory(tmp_path: Path) -> None:
     argv = stack_redis.redis_argv("redis-server", Endpoint("127.0.0.1", 6380), tmp_path, "64mb", "allkeys-lru")
     pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
     assert pairs["--bind"] == "127.0.0.1" and pairs["--port"] == "6380"
-    assert pairs["--save"] == "" and pairs["--appendonly"] == "no"
+    assert pairs["--save"] == "" and pairs["--appendonly"] == "yes" and pairs["--appendfsync"] == "everysec"
+    assert pairs["--dir"] == str(tmp_path)
     assert pairs["--maxmemory"] == "64mb" and pairs["--maxmemory-policy"] == "allkeys-lru"
+    assert "--cluster-enabled" not in pairs
 
 
 def test_stack_takes_ports_and_home_from_the_shared_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,22 +127,40 @@ def test_stack_takes_ports_and_home_from_the_shared_settings(tmp_path: Path, mon
     monkeypatch.setenv("FLEET_REDIS_URL", "redis://127.0.0.1:16379/0")
     monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FLEET_KAFKA_CONTROLLER_PORT", "19093")
-    stack = Stack.of(StackSettings())
-    assert stack.kafka_at == Endpoint("127.0.0.1", 19092)
-    assert stack.redis_at == Endpoint("127.0.0.1", 16379)
-    assert stack.settings.kafka_controller_port == 19093
+    stack = Stack.planned(StackSettings())
+    [kafka], [redis] = stack.kafka_nodes, stack.redis_nodes
+    assert kafka.node.broker == Endpoint("127.0.0.1", 19092)
+    assert kafka.node.controller == Endpoint("127.0.0.1", 19093)
+    assert redis.at == Endpoint("127.0.0.1", 16379)
     assert stack.root == tmp_path / "home" / "stack"
-    assert stack.kafka.pid_file.parent == stack.redis.pid_file.parent == stack.root / "run"
-    assert stack.kafka_data.is_relative_to(stack.data) and stack.redis_data.is_relative_to(stack.data)
+    assert kafka.proc.pid_file.parent == redis.proc.pid_file.parent == stack.root / "run"
+    assert kafka.data_dir.is_relative_to(stack.data) and redis.data_dir.is_relative_to(stack.data)
+
+
+def test_single_node_stack_keeps_its_file_names(tmp_path: Path) -> None:
+    """A stack started before clusters existed must still be found by `status` and `down`."""
+    stack = Stack.recorded(StackSettings(home=tmp_path))
+    [kafka], [redis] = stack.kafka_nodes, stack.redis_nodes
+    root = tmp_path.resolve() / "stack"
+    assert (kafka.proc.name, redis.proc.name) == ("kafka", "redis")
+    assert kafka.proc.pid_file == root / "run" / "kafka.pid" and redis.proc.pid_file == root / "run" / "redis.pid"
+    assert kafka.server_properties == root / "conf" / "server.properties"
+    assert kafka.log4j == root / "conf" / "log4j.properties"
+    assert kafka.data_dir == root / "data" / "kafka" and redis.data_dir == root / "data" / "redis"
+    assert kafka.proc.log_file == root / "logs" / "kafka.out" and kafka.log_dir == root / "logs" / "kafka"
+    assert redis.proc.log_file == root / "logs" / "redis.log"
+    assert kafka.proc.markers == (stack_kafka.KAFKA_MAIN, str(root / "conf" / "server.properties"))
+    assert redis.proc.markers == ("redis-server", "6379")
 
 
 def test_stack_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in [key for key in os.environ if key.startswith("FLEET_")]:
         monkeypatch.delenv(key)
     settings = StackSettings()
-    assert Stack.of(settings).kafka_at == Endpoint("127.0.0.1", 9092)
+    assert Stack.planned(settings).topology.kafka[0].broker == Endpoint("127.0.0.1", 9092)
     assert settings.partitions == 4 and settings.kafka_controller_port == 9093
     assert settings.redis_maxmemory_policy == "volatile-lru"
+    assert settings.kafka_node_heap_max == "512m" and settings.redis_cluster_node_timeout_ms == 3000
 
 
 def test_managed_pid_ignores_stale_and_foreign_pids(tmp_path: Path) -> None:
@@ -153,17 +177,16 @@ def test_managed_start_and_stop(tmp_path: Path) -> None:
     marker = f"fleet-test-{os.getpid()}"
     managed = Managed("sleeper", tmp_path / "run" / "s.pid", tmp_path / "s.log", (marker,))
     code = f"import time  # {marker}\nprint('hello', flush=True)\ntime.sleep(60)"
-    proc = managed.start([sys.executable, "-c", code], cwd=tmp_path)
+    pid = managed.start([sys.executable, "-c", code], cwd=tmp_path)
     try:
         _wait_for_line(managed.log_file, "hello")
-        assert managed.pid() == proc.pid
-        assert managed.stop(5.0) == proc.pid
-        assert proc.wait(5) != 0  # terminated by SIGTERM
+        assert managed.pid() == pid
+        assert _parent_of(pid) != os.getpid()  # detached: not our child, so no Popen is left to warn
+        assert managed.stop(5.0) == pid
+        assert not pid_alive(pid)
         assert managed.pid() is None and not managed.pid_file.exists()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill_if_alive(pid)
     assert managed.log_tail().splitlines() == ["hello"]
 
 
@@ -174,15 +197,63 @@ def test_managed_stop_escalates_to_sigkill(tmp_path: Path) -> None:
         f"import signal, time  # {marker}\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ok', flush=True)\ntime.sleep(60)"
     )
-    proc = managed.start([sys.executable, "-c", code], cwd=tmp_path)
+    pid = managed.start([sys.executable, "-c", code], cwd=tmp_path)
     try:
         _wait_for_line(managed.log_file, "ok")
-        assert managed.stop(0.5) == proc.pid
-        assert proc.wait(5) == -9
+        assert managed.stop(0.5) == pid
+        assert not pid_alive(pid)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill_if_alive(pid)
+
+
+def _stubborn_sleeper(tmp_path: Path, name: str) -> Managed:
+    marker = f"fleet-test-{name}-{os.getpid()}"
+    managed = Managed(name, tmp_path / f"{name}.pid", tmp_path / f"{name}.log", (marker,))
+    code = (
+        f"import signal, time  # {marker}\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ok', flush=True)\ntime.sleep(60)"
+    )
+    managed.start([sys.executable, "-c", code], cwd=tmp_path)
+    _wait_for_line(managed.log_file, "ok")
+    return managed
+
+
+def test_managed_kill_is_immediate(tmp_path: Path) -> None:
+    managed = _stubborn_sleeper(tmp_path, "crash")
+    pid = managed.pid()
+    assert pid is not None
+    try:
+        started = time.monotonic()
+        assert managed.kill() == pid
+        assert time.monotonic() - started < 5 and not pid_alive(pid) and managed.pid() is None
+        assert managed.kill() is None
+    finally:
+        _kill_if_alive(pid)
+
+
+def test_stop_all_signals_every_server_before_waiting(tmp_path: Path) -> None:
+    group = [_stubborn_sleeper(tmp_path, f"node{i}") for i in range(3)]
+    pids = [managed.pid() for managed in group]
+    idle = Managed("idle", tmp_path / "idle.pid", tmp_path / "idle.log", ("never-started",))
+    try:
+        started = time.monotonic()
+        assert stop_all([*group, idle], 1.0) == [*pids, None]
+        assert time.monotonic() - started < 5  # one shared grace period, not one per server
+        assert not any(pid_alive(pid) for pid in pids if pid is not None)
+        assert not any(managed.pid_file.exists() for managed in group)
+    finally:
+        for pid in pids:
+            _kill_if_alive(pid)
+
+
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[-1].split()[1])
+
+
+def _kill_if_alive(pid: int | None) -> None:
+    if pid is not None and pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _wait_for_line(path: Path, text: str) -> None:
