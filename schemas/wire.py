@@ -132,6 +132,8 @@ class Result(_Wire):
     timings: dict[str, float] = Field(default_factory=dict, description="Per-stage milliseconds")
     worker: str | None = None
     finished_ms: int = Field(default_factory=now_ms)
+    tenant: str | None = Field(None, max_length=128, description="The submitting request's tenant: only it may read "
+                               "this result")
 
     def encode(self) -> bytes:
         # Single floats halve the size of embeddings on the wire; float32 is what models produce.

@@ -8,6 +8,7 @@ does not commit and the batch is redelivered.
 
 import asyncio
 from dataclasses import dataclass
+from functools import cached_property
 
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
@@ -42,6 +43,15 @@ class Outcome:
     request: Request | None
     result: Result
 
+    @cached_property
+    def payload(self) -> bytes:
+        """The result as delivered, packed once for Redis and the results topic, stamped with the
+        request's tenant so that only that tenant may read it."""
+        tenant = self.request.tenant if self.request is not None else None
+        if tenant is None or self.result.tenant == tenant:
+            return self.result.encode()
+        return self.result.model_copy(update={"tenant": tenant}).encode()
+
 
 class ResultSink:
     def __init__(self, redis: Redis, producer: AIOKafkaProducer, *, result_ttl_s: int, reply_stream_maxlen: int = 100_000):
@@ -68,7 +78,7 @@ class ResultSink:
             keys.append(result_key(outcome.result.id))
             waiter = outcome.request.reply.redis if outcome.request is not None else None
             stream = streams.setdefault(reply_stream(waiter), len(streams) + 1) if waiter else 0
-            args += [outcome.result.id, outcome.result.encode(), stream]
+            args += [outcome.result.id, outcome.payload, stream]
         await self._deliver_script(keys=keys + list(streams), args=args)
 
     async def _send_to_topics(self, outcomes: list[Outcome]) -> None:
@@ -77,7 +87,7 @@ class ResultSink:
             topic = outcome.request.reply.topic if outcome.request is not None else None
             if topic:
                 key = outcome.result.id.encode()
-                futures.append(await self._producer.send(topic, outcome.result.encode(), key=key))
+                futures.append(await self._producer.send(topic, outcome.payload, key=key))
         if futures:
             await asyncio.gather(*futures)
 
