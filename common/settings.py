@@ -5,9 +5,10 @@ environment variables prefixed `FLEET_` and passes it down; nothing reads the en
 anywhere else.
 """
 
+import re
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "FLEET_"
@@ -22,6 +23,17 @@ class FleetSettings(BaseSettings):
     log_json: bool = Field(False, description="Log JSON lines (one object per line) instead of plain text")
     log_level: str = Field("INFO", description="Python logging level")
     model_dir: Path | None = Field(None, description="Model registry folder; default <home>/models")
+    results_topic_pattern: str = Field(r"fleet\.results.*", description="Regex a results topic must match in full: "
+                                       "the gateway answers 422 and the worker dead-letters a request naming another")
+
+    @field_validator("results_topic_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern
 
     @property
     def registry_dir(self) -> Path:

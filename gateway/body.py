@@ -13,8 +13,8 @@ from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.json_bounds import JsonBounds, Path, bound_problems, dotted
-from gateway.results_topic import results_topic_problem
+from schemas.bounds import JsonBounds, Path, bound_problems, dotted
+from schemas.results_topics import results_topic_problem
 from gateway.settings import GatewaySettings
 
 

@@ -1,9 +1,8 @@
 """Settings of the gateway process and of the Python client for services."""
 
-import re
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from common.settings import FleetSettings
 
@@ -32,8 +31,6 @@ class GatewaySettings(ClientSettings):
     max_params_bytes: int = Field(16 * 1024, ge=16, description="`params` larger than this, packed, is 422")
     max_timeout_ms: int = Field(60_000, gt=0, le=600_000, description="A longer `timeout_ms` is 422")
     max_in_flight: int = Field(1000, ge=1, description="Concurrent /v1 requests per process; more are 429")
-    results_topic_pattern: str = Field(r"fleet\.results.*", description="Regex a `results_topic` must match in "
-                                       "full; others are 422")
     retry_after_s: int = Field(1, ge=1, description="Retry-After of 429 and 503 answers")
     startup_timeout_s: float = Field(30.0, gt=0, description="Give up (exit non-zero) when Kafka or Redis do not "
                                      "answer within this at start")
@@ -44,12 +41,3 @@ class GatewaySettings(ClientSettings):
     rule_fallback_enabled: bool = Field(True, description="Switch the rule-based answers off without removing them")
     rule_fallback_margin: float = Field(0.1, gt=0, lt=1, description="Answer from the rule when this fraction of "
                                         "the deadline is left and nothing is alive")
-
-    @field_validator("results_topic_pattern")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from exc
-        return pattern

@@ -12,7 +12,11 @@ from typing import Annotated, Any, Self
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from schemas.bounds import JsonBounds, bound_problems
+
 SCHEMA_VERSION = 1
+
+PARAMS_MAX_DEPTH = 8
 
 RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
@@ -45,20 +49,27 @@ class _Wire(BaseModel):
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
-        try:
-            data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-        except Exception as exc:  # msgpack raises several unrelated types for garbage
-            raise WireError(f"not msgpack: {type(exc).__name__}: {exc}", "not_msgpack") from exc
-        if not isinstance(data, dict):
-            raise WireError(f"expected a msgpack map, got {type(data).__name__}", "not_a_map")
-        version = data.get("v")
-        if version != SCHEMA_VERSION:
-            raise WireError(f"unsupported schema version v={version!r}; this worker reads v={SCHEMA_VERSION}",
-                            "schema_version")
+        data = unpack_map(raw)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             raise WireError(_describe(exc)) from exc
+
+
+def unpack_map(raw: bytes) -> dict[str, Any]:
+    """A msgpack map of our schema version, or a WireError saying what it is instead."""
+    try:
+        data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
+    if not isinstance(data, dict):
+        raise WireError(f"expected a msgpack map, got {type(data).__name__}", "not_a_map")
+    version = data.get("v")
+    # `1.0 == True == 1` in Python: the type is part of the contract.
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise WireError(f"unsupported schema version v={str(version)[:40]!r}; this worker reads v={SCHEMA_VERSION}",
+                        "schema_version")
+    return data
 
 
 def _describe(exc: ValidationError) -> str:
@@ -77,6 +88,9 @@ class ReplyTo(BaseModel):
 
 
 class Request(_Wire):
+    """Decoded strictly: no coercion of strings or floats into ints, or of booleans into anything;
+    `params` must be plain data (schemas/bounds.py) nested at most PARAMS_MAX_DEPTH deep."""
+
     id: RequestId
     model: ModelName
     version: str | None = None
@@ -88,6 +102,19 @@ class Request(_Wire):
     submitted_ms: int = Field(gt=0)
     debug: bool = False
     tenant: str | None = Field(None, max_length=128)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        data = unpack_map(raw)
+        bounds = JsonBounds(max_depth=PARAMS_MAX_DEPTH)
+        problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
+                    for path, problem in bound_problems(data.get(field, {}), bounds, limit=3)]
+        if problems:
+            raise WireError("invalid fields: " + "; ".join(problems))
+        try:
+            return cls.model_validate(data, strict=True)
+        except ValidationError as exc:
+            raise WireError(_describe(exc)) from exc
 
     @property
     def text(self) -> str:
@@ -146,7 +173,9 @@ class DeadLetter(_Wire):
     topic: str
     partition: int
     offset: int
-    original: bytes
+    original: bytes = Field(description="The original bytes, cut at the worker's cap (see `truncated`)")
+    original_size: int | None = Field(None, description="Length of the original record value in bytes")
+    truncated: bool = Field(False, description="True when `original` holds only the first bytes of the record")
     worker: str | None = None
     time_ms: int = Field(default_factory=now_ms)
 

@@ -1,5 +1,6 @@
 """Settings of one worker process: one model, one role, one device, one backend."""
 
+import re
 from enum import StrEnum
 
 from pydantic import Field, model_validator
@@ -7,6 +8,7 @@ from pydantic import Field, model_validator
 from common.settings import FleetSettings
 from models.backends.sim import PRESETS, sim_device
 from models.loading import BackendName, Device, GraphOptimization, Precision, RuntimeOptions, RuntimeSpec
+from workers.compute.triage import TriageRules
 
 
 class Role(StrEnum):
@@ -53,6 +55,9 @@ class WorkerSettings(FleetSettings):
     graph_optimization: GraphOptimization = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
     warmup: bool = Field(True, description="Run the common shapes once at load so the first batches are not slow")
     max_input_tokens: int = Field(256, ge=8, description="Longest input in tokens (also capped by the model)")
+    max_input_chars: int | None = Field(None, ge=16, description="Texts are cut to this many characters before "
+                                        "tokenizing, so a huge text costs what the longest input costs; default "
+                                        "16 x max_input_tokens")
     overlong_inputs: OverlongInputs = Field(OverlongInputs.truncate, description="truncate: cut inputs at "
                                             "max_input_tokens; reject: answer them with error input_too_long")
     device_memory_headroom: float = Field(0.15, ge=0, lt=1, description="Fraction of device memory kept free "
@@ -140,3 +145,8 @@ class WorkerSettings(FleetSettings):
                                    warmup=self.warmup, max_input_tokens=self.max_input_tokens,
                                    length_bucket_size=self.length_bucket_size,
                                    memory_headroom=self.device_memory_headroom))
+
+    @property
+    def triage_rules(self) -> TriageRules:
+        limit = self.max_input_chars if self.max_input_chars is not None else 16 * self.max_input_tokens
+        return TriageRules(results_topics=re.compile(self.results_topic_pattern), max_input_chars=limit)

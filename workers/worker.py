@@ -307,7 +307,7 @@ class Worker(KafkaMember):
         if self.settings.role is Role.fallback:
             reason = str(batch.run and batch.run.device_error)
             who = self._who_for(self.backend)
-            outcomes = [Outcome(item.request, who.error(item.request.id, "device_failed", reason))
+            outcomes = [Outcome.of(item, who.error(item.request.id, "device_failed", reason))
                         for item in batch.unanswered]
             await self.parts.sink.deliver(outcomes, [])
             batch.outcomes += outcomes

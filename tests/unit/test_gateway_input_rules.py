@@ -7,8 +7,8 @@ from fastapi.exceptions import RequestValidationError
 
 from common.logs import LogThrottle
 from gateway.body import BodyRules, parse_infer_body
-from gateway.json_bounds import JsonBounds, bound_problems
-from gateway.results_topic import results_topic_problem
+from schemas.bounds import JsonBounds, bound_problems
+from schemas.results_topics import results_topic_problem
 from gateway.settings import GatewaySettings
 
 ALLOWED = re.compile(r"fleet\.results.*")

@@ -134,7 +134,7 @@ class BatchCaches:
             return
         cached = await self.exact.get_many(group.who.version, group.digests)
         hits = {row: unpack_outputs(hit.outputs) for row, hit in enumerate(cached) if hit is not None}
-        drop_rows(group, hits, lambda row, item: Outcome(item.request, cached_result(
+        drop_rows(group, hits, lambda row, item: Outcome.of(item, cached_result(
             group, item.request.id, hits[row], CacheTier.exact)), prepared.triaged.answered)
 
     async def _generation(self) -> int:

@@ -73,7 +73,7 @@ class SemanticTier:
             self.cost.record_lookup(len(group.ready), len(served), encoder_ms)
             self._metrics.hits.labels(model=self._model, tier="semantic").inc(len(served))
             self._metrics.misses.labels(model=self._model, tier="semantic").inc(len(group.ready) - len(served))
-            drop_rows(group, served, lambda row, item, group=group: Outcome(item.request, group.who.result(
+            drop_rows(group, served, lambda row, item, group=group: Outcome.of(item, group.who.result(
                 item.request.id, group.who.served_status, outputs=unpack_outputs(served[row].outputs),
                 cache=CacheTier.semantic, similarity=round(served[row].similarity, 4))), prepared.triaged.answered)
 

@@ -95,13 +95,13 @@ def _answer_group(prepared: Prepared, group: VersionGroup, run: BatchRun, infere
             done.stage_ms[stage].append(timings[f"{stage}_ms"])
         result = _result(group, item, answer, len(group.ready), timings)
         answered[row] = result
-        done.outcomes.append(Outcome(item.request, result))
+        done.outcomes.append(Outcome.of(item, result))
         if not isinstance(answer, Exception):
             done.fresh.append(Fresh(group, row, result))
     for row, follower in group.followers:
         if row in answered:
             copy = answered[row].model_copy(update={"id": follower.request.id})
-            done.outcomes.append(Outcome(follower.request, copy))
+            done.outcomes.append(Outcome.of(follower, copy))
         else:
             done.unanswered.append(follower)
 

@@ -20,7 +20,7 @@ from aiokafka import ConsumerRecord
 from models.backends.base import Backend, Encoded
 from workers.batching.collector import FetchedBatch
 from workers.compute.provenance import Provenance
-from workers.compute.triage import Ready, Triage, triage
+from workers.compute.triage import Ready, Triage, TriageRules, triage
 from workers.delivery.sink import Outcome
 from workers.serving.model_set import Serving
 
@@ -57,10 +57,10 @@ class Prepared:
 
 def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Backend],
                who_for: Callable[[Backend], Provenance], start_ms: int,
-               digest: Callable[[Ready], str] | None = None) -> Prepared:
+               digest: Callable[[Ready], str] | None = None, rules: TriageRules = TriageRules()) -> Prepared:
     """Triage the records and give each ready request its version group."""
     records = batch.records
-    triaged = triage(records, who_for(serving.stable), start_ms, resident=tuple(resident))
+    triaged = triage(records, who_for(serving.stable), start_ms, resident=tuple(resident), rules=rules)
     # Close deadlines first: when a group is cut into sub-batches, urgent rows lead ties.
     triaged.ready.sort(key=lambda item: item.request.deadline_ms)
     fetched_ms = {id(record): at for record, at in zip(records, batch.fetched_ms, strict=True)}
@@ -98,8 +98,8 @@ def _reject_overlong(group: VersionGroup, triaged: Triage) -> Encoded | None:
     assert group.encoded is not None
     message = "input is longer than the worker's max_input_tokens; shorten it or split it"
     too_long = [row for row, cut in enumerate(group.encoded.truncated) if cut]
-    drop_rows(group, too_long, lambda _row, item: Outcome(
-        item.request, group.who.error(item.request.id, "input_too_long", message)), triaged.answered)
+    drop_rows(group, too_long, lambda _row, item: Outcome.of(
+        item, group.who.error(item.request.id, "input_too_long", message)), triaged.answered)
     return group.backend.encode([item.text for item in group.ready]) if group.ready else None
 
 

@@ -5,14 +5,18 @@ deadline become `expired` results, requests this worker cannot serve become erro
 and the rest are ready for the model. Every record lands in exactly one of those.
 """
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from schemas.wire import DeadLetter, ErrorInfo, Request, Status, WireError
+from schemas.results_topics import results_topic_problem
+from schemas.wire import DeadLetter, ErrorInfo, ReplyTo, Request, Status, WireError
 from workers.compute.provenance import Provenance
-
 from workers.delivery.sink import Outcome
+
+MAX_ORIGINAL_BYTES = 256 * 1024  # a dead letter must fit the producer's 1 MiB request with room to spare
+MAX_REASON_CHARS = 1000
 
 
 class KafkaRecord(Protocol):
@@ -40,48 +44,81 @@ class Triage:
     expired: int = 0
 
 
-def triage(records: list[KafkaRecord], who: Provenance, now_ms: int, resident: Collection[str] = ()) -> Triage:
+@dataclass(frozen=True)
+class TriageRules:
+    """What a worker accepts beyond the wire contract: where results may go, and how much text it reads."""
+
+    results_topics: re.Pattern[str] = re.compile(r"fleet\.results.*")
+    max_input_chars: int = 4096
+
+
+def triage(records: list[KafkaRecord], who: Provenance, now_ms: int, resident: Collection[str] = (),
+           rules: TriageRules = TriageRules()) -> Triage:
     """`resident`: the versions a request may pin (default: only `who.version`)."""
     sorted_out = Triage()
     pinnable = resident or (who.version,)
     for record in records:
-        _sort_one(record, who, now_ms, sorted_out, pinnable)
+        try:
+            _sort_one(record, who, now_ms, sorted_out, pinnable, rules)
+        except Exception as exc:  # whatever one record does, it costs that record alone
+            reason = f"the worker could not read it: {type(exc).__name__}: {exc}"
+            sorted_out.dead_letters.append(dead_letter(record, reason, "unreadable", who.worker))
     return sorted_out
 
 
-def _dead_letter(record: KafkaRecord, reason: str, code: str, who: Provenance) -> DeadLetter:
-    return DeadLetter(reason=reason, code=code, topic=record.topic, partition=record.partition, offset=record.offset,
-                      original=record.value or b"", worker=who.worker)
+def dead_letter(record: KafkaRecord, reason: str, code: str, worker: str) -> DeadLetter:
+    """A dead letter that can always be produced: the reason and the original bytes are capped."""
+    original = record.value or b""
+    return DeadLetter(reason=reason[:MAX_REASON_CHARS], code=code, topic=record.topic, partition=record.partition,
+                      offset=record.offset, original=original[:MAX_ORIGINAL_BYTES], original_size=len(original),
+                      truncated=len(original) > MAX_ORIGINAL_BYTES, worker=worker)
 
 
-def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, pinnable: Collection[str]) -> None:
+def _early_timings(record: KafkaRecord, request: Request, now_ms: int) -> dict[str, float]:
+    return {"queue_ms": float(max(now_ms - record.timestamp, 0)),
+            "since_submit_ms": float(max(now_ms - request.submitted_ms, 0))}
+
+
+def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, pinnable: Collection[str],
+              rules: TriageRules) -> None:
     if not record.value:
-        into.dead_letters.append(_dead_letter(record, "empty message", "empty", who))
+        into.dead_letters.append(dead_letter(record, "empty message", "empty", who.worker))
         return
     try:
         request = Request.decode(record.value)
     except WireError as exc:
-        into.dead_letters.append(_dead_letter(record, str(exc), exc.code, who))
+        into.dead_letters.append(dead_letter(record, str(exc), exc.code, who.worker))
+        return
+    timings = _early_timings(record, request, now_ms)
+    source = (record.topic, record.partition)
+    topic = request.reply.topic
+    if topic is not None and (problem := results_topic_problem(topic, rules.results_topics)) is not None:
+        # The caller's waiter (if any) still hears why; the topic it named never sees a byte.
+        message = f"reply.topic {topic[:80]!r}: {problem}"
+        into.dead_letters.append(dead_letter(record, message, "invalid_reply_topic", who.worker))
+        request = request.model_copy(update={"reply": ReplyTo(redis=request.reply.redis)})
+        into.answered.append(Outcome(request, who.error(request.id, "invalid_reply_topic", message, timings=timings), source))
         return
     if request.deadline_ms <= now_ms:
         into.expired += 1
-        expired = who.result(request.id, Status.expired,
+        expired = who.result(request.id, Status.expired, timings=timings,
                              error=ErrorInfo(code="deadline_exceeded", message="deadline passed before compute"))
-        into.answered.append(Outcome(request, expired))
+        into.answered.append(Outcome(request, expired, source))
         return
     if request.model != who.model:
         message = f"request for model {request.model!r} reached a worker of {who.model!r}"
-        into.answered.append(Outcome(request, who.error(request.id, "wrong_model", message)))
+        into.answered.append(Outcome(request, who.error(request.id, "wrong_model", message, timings=timings), source))
         return
     if request.version is not None and request.version not in pinnable:
-        message = f"version {request.version!r} is not loaded here; loaded: {', '.join(sorted(pinnable))}"
-        into.answered.append(Outcome(request, who.error(request.id, "version_unavailable", message)))
+        message = f"version {request.version[:80]!r} is not loaded here; loaded: {', '.join(sorted(pinnable))}"
+        into.answered.append(Outcome(request, who.error(request.id, "version_unavailable", message, timings=timings), source))
         return
     try:
         text = request.text
     except WireError as exc:
         # Decodable but unusable: the caller gets an error result, the DLQ keeps the bytes.
-        into.dead_letters.append(_dead_letter(record, str(exc), exc.code, who))
-        into.answered.append(Outcome(request, who.error(request.id, "invalid_input", str(exc))))
+        into.dead_letters.append(dead_letter(record, str(exc), exc.code, who.worker))
+        into.answered.append(Outcome(request, who.error(request.id, "invalid_input", str(exc), timings=timings), source))
         return
-    into.ready.append(Ready(record, request, text))
+    # A text is cut by characters before the tokenizer sees it: 5 MB cost what the longest input costs.
+    into.ready.append(Ready(record, request, text[:rules.max_input_chars]))

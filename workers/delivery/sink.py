@@ -8,6 +8,7 @@ does not commit and the batch is redelivered.
 
 import asyncio
 from dataclasses import dataclass
+from typing import Protocol
 from functools import cached_property
 
 from aiokafka import AIOKafkaProducer
@@ -15,6 +16,21 @@ from redis.asyncio import Redis
 
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
 from schemas.wire import DeadLetter, Request, Result
+
+
+class _Record(Protocol):
+    topic: str
+    partition: int
+
+
+class HasRecord(Protocol):
+    """A request and the Kafka record it came in (triage's `Ready`)."""
+
+    @property
+    def request(self) -> Request: ...
+
+    @property
+    def record(self) -> _Record: ...
 
 
 # KEYS: the batch's result keys, then its reply streams. ARGV: ttl, stream maxlen, result count,
@@ -42,6 +58,11 @@ class Outcome:
 
     request: Request | None
     result: Result
+    source: tuple[str, int] | None = None  # (topic, partition) the request was read from
+
+    @classmethod
+    def of(cls, item: "HasRecord", result: Result) -> "Outcome":
+        return cls(item.request, result, (item.record.topic, item.record.partition))
 
     @cached_property
     def payload(self) -> bytes:

@@ -1,4 +1,4 @@
-"""Bounds a parsed JSON document must keep before anything packs it into a request.
+"""Bounds a parsed document (JSON at the gateway, msgpack at the worker) must keep before anyone uses it.
 
 Python's json module accepts NaN, Infinity, numbers that overflow to infinity, integers of any
 size and lone UTF-16 surrogates ("\\ud800"); msgpack cannot pack the last two and the workers
@@ -42,7 +42,7 @@ def _scalar_problem(value: Any) -> str | None:
         return None if INT64_MIN <= value <= INT64_MAX else "integer outside the int64 range"
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{value} is not a finite number"
-    return f"unexpected JSON value of type {type(value).__name__}"
+    return f"unsupported value of type {type(value).__name__}; plain data only (str, int, float, bool, nil, list, map)"
 
 
 def _children(value: dict[str, Any] | list[Any], path: Path) -> Iterator[tuple[Path, Any]]:
