@@ -19,6 +19,8 @@ from versions.stats import VersionStatsRecorder
 from workers.batching.policy import BatchPolicy
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
+from common.topics import ensure_topics
+from workers.delivery.patience import Patience
 from workers.delivery.sink import ResultSink
 from workers.health.supervisor import Supervisor
 from workers.observability.metrics import WorkerMetrics
@@ -49,6 +51,7 @@ class WorkerParts:
     pointers: PointerWatcher
     tracer: DebugTracer
     supervisor: Supervisor
+    patience: Patience
 
 
 async def _cancelled(task: "asyncio.Task[None]") -> None:
@@ -80,12 +83,15 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
     pointers = PointerWatcher(redis, settings.model, models, poll_s=settings.pointer_poll_s)
     await pointers.sync_once()
     exit_stack.push_async_callback(_cancelled, asyncio.create_task(pointers.run()))
+    patience = Patience(metrics.waiting, max_backoff_s=settings.delivery_max_backoff_s)
     supervisor = Supervisor(settings, redis, who.worker_id, stable.device, lambda: models.serving.stable.manifest.id,
                             probe=probe, backlog=who.backlog)
     return WorkerParts(
         models=models, policy=policy, caches=caches, pointers=pointers, supervisor=supervisor,
         sizing=BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels),
-        sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s,
-                        reply_stream_maxlen=settings.reply_stream_maxlen),
+        sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s, patience=patience,
+                        reply_stream_maxlen=settings.reply_stream_maxlen,
+                        ensure_topic=lambda topic: ensure_topics(settings.kafka_bootstrap, [topic], settings.partitions)),
+        patience=patience,
         stats=VersionStatsRecorder(redis, settings.model),
         tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns)))

@@ -63,6 +63,8 @@ class WorkerSettings(FleetSettings):
     device_memory_headroom: float = Field(0.15, ge=0, lt=1, description="Fraction of device memory kept free "
                                           "(seed §4.3: 10-20%); CUDA only")
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
+    delivery_max_backoff_s: float = Field(5.0, gt=0, description="Longest pause between delivery attempts while Redis "
+                                          "or Kafka is away (delivery retries until it succeeds, never skips)")
     reply_stream_maxlen: int = Field(100_000, ge=100, description="Approximate cap on a waiter's reply stream "
                                      "(entries), so a waiter that stopped reading cannot grow it without bound")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics (/metrics) and the health "

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
 from common.clients import open_clients, redis_client
@@ -27,13 +27,13 @@ from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consum
                            requests_topic)
 from schemas.wire import Status, now_ms
 from workers.assembly import WorkerIdentity, WorkerParts, assemble, serving_set
-from workers.batching.collector import BatchCollector
+from workers.batching.collector import BatchCollector, FetchedBatch
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
-from workers.compute.compute import Computed, compute
-from workers.compute.prepare import Prepared, encode_groups, sort_batch
+from workers.compute.compute import Computed, compute, failed
+from workers.compute.prepare import Prepared, encode_groups, sort_batch, unreadable
 from workers.compute.provenance import Provenance
-from workers.delivery.offsets import backlog_drained, commit_records
+from workers.delivery.offsets import backlog_drained, commit_records, hand_on, owned_partitions
 from workers.delivery.sink import Outcome
 from workers.delivery.version_stats import record_versions
 from workers.health.faults import FaultInjector
@@ -249,18 +249,40 @@ class Worker(KafkaMember):
             if batch.records:
                 self._batches_in_model += 1
                 self._model_free.clear()
-                models = self.models
-                prepared = await asyncio.to_thread(sort_batch, batch, models.serving, dict(models.resident),
-                                                   self._who_for, now_ms(), self.caches.digest)
-                await self.caches.lookup(prepared)
-                if prepared.needs_model:
-                    await asyncio.to_thread(encode_groups, prepared, reject_overlong=self._reject_overlong)
-                await out.put(prepared)
+                for prepared in await self._prepare(batch):
+                    await hand_on(consumer, out, prepared)
             elif burst and await backlog_drained(consumer):
                 drained = True
                 break
         await out.put(None)
         return drained
+
+    async def _prepare(self, batch: FetchedBatch) -> list[Prepared]:
+        """Triage, cache lookups and tokenising. Every step isolates its records already; should one
+        still raise, the batch is prepared again one record at a time, so only that record is lost
+        to the DLQ (with the reason) and its batch-mates are answered."""
+        try:
+            return [await self._prepare_batch(batch)]
+        except Exception:
+            log.exception("preparing a batch of %d failed; preparing its records one by one", len(batch.records))
+        self._batches_in_model += len(batch.records) - 1
+        singles = []
+        for record, fetched in zip(batch.records, batch.fetched_ms, strict=True):
+            single = FetchedBatch([record], [fetched])
+            try:
+                singles.append(await self._prepare_batch(single))
+            except Exception as exc:
+                singles.append(unreadable(single, now_ms(), exc, self.worker_id))
+        return singles
+
+    async def _prepare_batch(self, batch: FetchedBatch) -> Prepared:
+        models = self.models
+        prepared = await asyncio.to_thread(sort_batch, batch, models.serving, dict(models.resident), self._who_for,
+                                           now_ms(), self.caches.digest, self.settings.triage_rules)
+        await self.caches.lookup(prepared)
+        if prepared.needs_model:
+            await asyncio.to_thread(encode_groups, prepared, reject_overlong=self._reject_overlong)
+        return prepared
 
     async def _compute_stage(self, inbox: "asyncio.Queue[Prepared | None]",
                              out: "asyncio.Queue[Computed | None]") -> None:
@@ -268,6 +290,10 @@ class Worker(KafkaMember):
             try:
                 # A batch the caches answered whole skips the thread hop: nothing to compute.
                 computed = await asyncio.to_thread(compute, batch) if batch.needs_model else compute(batch)
+            except Exception as exc:  # run_batch isolates rows; this is the net under a bug, not the plan
+                log.exception("computing a batch of %d failed; its requests are answered with an error",
+                              len(batch.records))
+                computed = failed(batch, exc)
             finally:
                 self._batches_in_model -= 1
                 if self._batches_in_model == 0:
@@ -288,17 +314,21 @@ class Worker(KafkaMember):
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
         while (batch := await inbox.get()) is not None:
             started = time.perf_counter()
-            await self.parts.sink.deliver(batch.outcomes, batch.dead_letters)
+            # Records of partitions a rebalance took away are the new owner's to answer.
+            owned = owned_partitions(self._require_consumer())
+            outcomes = [o for o in batch.outcomes if o.source is None or (o.source[0], o.source[1]) in owned]
+            letters = [d for d in batch.dead_letters if (d.topic, d.partition) in owned]
+            await self.parts.sink.deliver(outcomes, letters)
             await self.caches.remember(batch)
             elapsed = time.perf_counter() - started
             self.metrics.delivery.labels(**self._labels).observe(elapsed)
             self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
             if batch.unanswered:
                 await self._hand_over(batch)
-            await self.tracer.record(batch.outcomes)
-            await self._commit(batch.records)
+            await self.tracer.record(outcomes)
+            await commit_records(self._require_consumer(), batch.records)
             self._count(batch)
-            await record_versions(self.parts.stats, batch.outcomes)
+            await record_versions(self.parts.stats, outcomes)
 
     async def _hand_over(self, batch: Computed) -> None:
         """The device failed before computing these: a primary forwards them to the CPU fallback
@@ -315,9 +345,6 @@ class Worker(KafkaMember):
         originals = [(item.record.key, item.record.value or b"") for item in batch.unanswered]
         await self.parts.sink.forward(fallback_topic(self.settings.model), originals)
         self.metrics.forwarded.labels(**self._labels).inc(len(originals))
-
-    async def _commit(self, records: list[ConsumerRecord]) -> None:
-        await commit_records(self._require_consumer(), records)
 
     def _collector_backlog(self) -> dict[TopicPartition, int]:
         return self._collector.last_backlog if self._consumer is not None else {}

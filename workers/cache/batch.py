@@ -10,6 +10,7 @@ cache's false-hit budget.
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from schemas.names import cache_generation_key
-from schemas.wire import CacheTier, Result
+from schemas.wire import CacheTier, Result, now_ms
 from models.backends.base import Backend
 from workers.cache.exact import ExactCache, unpack_outputs
 from workers.cache.keys import input_digest
@@ -25,7 +26,7 @@ from workers.cache.metrics import CacheMetrics
 from workers.delivery.sink import Outcome
 from workers.settings import WorkerSettings
 from workers.compute.compute import Computed
-from workers.compute.prepare import Prepared, VersionGroup, drop_rows
+from workers.compute.prepare import Prepared, VersionGroup, drop_rows, timings_of
 from workers.compute.triage import Ready
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ def digest_of(item: Ready) -> str:
 
 
 def cached_result(group: VersionGroup, request_id: str, outputs: dict[str, Any], tier: CacheTier,
-                   similarity: float | None = None) -> Result:
-    return group.who.result(request_id, group.who.served_status, outputs=outputs, cache=tier, similarity=similarity)
+                  timings: dict[str, float], similarity: float | None = None) -> Result:
+    return group.who.result(request_id, group.who.served_status, outputs=outputs, cache=tier, similarity=similarity,
+                            timings=timings)
 
 
 class BatchCaches:
@@ -86,13 +88,17 @@ class BatchCaches:
             await self.semantic.stop()
 
     async def lookup(self, prepared: Prepared) -> None:
-        """Answer what the caches can; what is left in the groups goes to the model."""
+        """Answer what the caches can; what is left in the groups goes to the model. A cache that
+        fails answers nothing (the model computes), and the failure is logged, never raised."""
         if self.exact is not None:
             for group in prepared.groups:
                 self._collapse_identical(group)
                 await self._exact_lookup(group, prepared)
         if self.semantic is not None:
-            await self.semantic.lookup(prepared)
+            try:
+                await self.semantic.lookup(prepared)
+            except Exception:
+                log.exception("semantic cache lookup failed; the model computes this batch")
 
     async def remember(self, computed: Computed) -> None:
         """Teach the caches what the model just computed (never raises into the worker)."""
@@ -132,10 +138,13 @@ class BatchCaches:
         assert self.exact is not None
         if not group.ready:
             return
+        started = time.perf_counter()
         cached = await self.exact.get_many(group.who.version, group.digests)
         hits = {row: unpack_outputs(hit.outputs) for row, hit in enumerate(cached) if hit is not None}
+        cache_ms, finished_ms = (time.perf_counter() - started) * 1000, now_ms()
         drop_rows(group, hits, lambda row, item: Outcome.of(item, cached_result(
-            group, item.request.id, hits[row], CacheTier.exact)), prepared.triaged.answered)
+            group, item.request.id, hits[row], CacheTier.exact,
+            timings_of(prepared, item, finished_ms, cache_ms=cache_ms))), prepared.triaged.answered)
 
     async def _generation(self) -> int:
         """The model's cache generation: the exact cache's (it follows Redis and was just refreshed),

@@ -25,7 +25,7 @@ from workers.delivery.sink import Outcome
 from workers.cache.semantic_cost import LookupCost
 from workers.settings import WorkerSettings
 from workers.compute.compute import Computed
-from workers.compute.prepare import Prepared, VersionGroup, drop_rows
+from workers.compute.prepare import Prepared, VersionGroup, drop_rows, timings_of
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,11 @@ class SemanticTier:
             self.cost.record_lookup(len(group.ready), len(served), encoder_ms)
             self._metrics.hits.labels(model=self._model, tier="semantic").inc(len(served))
             self._metrics.misses.labels(model=self._model, tier="semantic").inc(len(group.ready) - len(served))
+            lookup_ms, finished_ms = (time.perf_counter() - started) * 1000, now_ms()
             drop_rows(group, served, lambda row, item, group=group: Outcome.of(item, group.who.result(
                 item.request.id, group.who.served_status, outputs=unpack_outputs(served[row].outputs),
-                cache=CacheTier.semantic, similarity=round(served[row].similarity, 4))), prepared.triaged.answered)
+                cache=CacheTier.semantic, similarity=round(served[row].similarity, 4),
+                timings=timings_of(prepared, item, finished_ms, cache_ms=lookup_ms))), prepared.triaged.answered)
 
     async def remember(self, computed: Computed) -> None:
         """Add what the model computed; score the sampled hits it computed to check them."""

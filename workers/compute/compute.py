@@ -14,7 +14,7 @@ from aiokafka import ConsumerRecord
 from schemas.wire import CacheTier, DeadLetter, Result
 from workers.cache.exact import pack_outputs
 from workers.compute.outputs import outputs_of
-from workers.compute.prepare import Prepared, VersionGroup
+from workers.compute.prepare import Prepared, VersionGroup, timings_of
 from workers.compute.run_batch import BatchRun, OutOfMemoryForOneRow, run_batch
 from workers.compute.triage import Ready
 from workers.delivery.sink import Outcome
@@ -107,16 +107,7 @@ def _answer_group(prepared: Prepared, group: VersionGroup, run: BatchRun, infere
 
 
 def _timings(prepared: Prepared, item: Ready, inference_ms: float, finished_ms: float) -> dict[str, float]:
-    """Where this request's time went, in ms; the gateway and client add their own stages."""
-    fetched = prepared.fetched_ms.get(id(item.record), float(prepared.start_ms))
-    return {
-        "queue_ms": float(max(prepared.start_ms - item.record.timestamp, 0)),
-        "topic_ms": max(fetched - item.record.timestamp, 0.0),
-        "batch_wait_ms": max(prepared.start_ms - fetched, 0.0),
-        "tokenize_ms": prepared.tokenize_ms,
-        "inference_ms": inference_ms,
-        "since_submit_ms": max(finished_ms - item.request.submitted_ms, 0.0),
-    }
+    return timings_of(prepared, item, finished_ms, tokenize_ms=prepared.tokenize_ms, inference_ms=inference_ms)
 
 
 def _result(group: VersionGroup, item: Ready, answer: npt.NDArray[np.float32] | Exception, batch_size: int,
@@ -129,3 +120,15 @@ def _result(group: VersionGroup, item: Ready, answer: npt.NDArray[np.float32] | 
                          batch_size=batch_size, timings=timings)
     return who.result(item.request.id, who.served_status, outputs=outputs_of(group.backend.manifest, answer),
                       batch_size=batch_size, timings=timings, cache=CacheTier.miss)
+
+
+def failed(prepared: Prepared, exc: BaseException) -> Computed:
+    """The batch answered without the model: what triage and the caches answered stands, every row
+    left for the model (and its followers) gets an error naming the failure."""
+    done = Computed(records=prepared.records, outcomes=list(prepared.triaged.answered),
+                    dead_letters=prepared.triaged.dead_letters, expired=prepared.triaged.expired)
+    message = f"the worker failed on this batch: {type(exc).__name__}: {str(exc)[:300]}"
+    for group in prepared.groups:
+        for item in [*group.ready, *(follower for _, follower in group.followers)]:
+            done.outcomes.append(Outcome.of(item, group.who.error(item.request.id, "worker_error", message)))
+    return done

@@ -20,7 +20,7 @@ from aiokafka import ConsumerRecord
 from models.backends.base import Backend, Encoded
 from workers.batching.collector import FetchedBatch
 from workers.compute.provenance import Provenance
-from workers.compute.triage import Ready, Triage, TriageRules, triage
+from workers.compute.triage import Ready, Triage, TriageRules, dead_letter, triage
 from workers.delivery.sink import Outcome
 from workers.serving.model_set import Serving
 
@@ -55,6 +55,19 @@ class Prepared:
         return any(group.ready for group in self.groups)
 
 
+def timings_of(prepared: Prepared, item: Ready, finished_ms: float, **stages: float) -> dict[str, float]:
+    """Where a request's time went, in ms, whoever answered it (the model or a cache tier, whose
+    own stages come in `stages`); the gateway and client add their own stages."""
+    fetched = prepared.fetched_ms.get(id(item.record), float(prepared.start_ms))
+    return {
+        "queue_ms": float(max(prepared.start_ms - item.record.timestamp, 0)),
+        "topic_ms": max(fetched - item.record.timestamp, 0.0),
+        "batch_wait_ms": max(prepared.start_ms - fetched, 0.0),
+        **stages,
+        "since_submit_ms": max(finished_ms - item.request.submitted_ms, 0.0),
+    }
+
+
 def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Backend],
                who_for: Callable[[Backend], Provenance], start_ms: int,
                digest: Callable[[Ready], str] | None = None, rules: TriageRules = TriageRules()) -> Prepared:
@@ -72,11 +85,22 @@ def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Bac
         version = backend.manifest.id
         if version not in groups:
             groups[version] = VersionGroup(backend=backend, who=who_for(backend))
-        groups[version].ready.append(item)
+        group = groups[version]
         if digest is not None:
-            groups[version].digests.append(digest(item))
+            try:
+                group.digests.append(digest(item))
+            except Exception as exc:  # an input the cache cannot key is this request's problem alone
+                _refuse(item, group.who, exc, triaged)
+                continue
+        group.ready.append(item)
     prepared.groups = list(groups.values())
     return prepared
+
+
+def _refuse(item: Ready, who: Provenance, exc: Exception, triaged: Triage) -> None:
+    reason = f"invalid input: {type(exc).__name__}: {str(exc)[:300]}"
+    triaged.dead_letters.append(dead_letter(item.record, reason, "invalid_input", who.worker))
+    triaged.answered.append(Outcome.of(item, who.error(item.request.id, "invalid_input", reason)))
 
 
 def encode_groups(prepared: Prepared, *, reject_overlong: bool = False) -> None:
@@ -127,3 +151,11 @@ def drop_rows(group: VersionGroup, drop: Collection[int], answer: Callable[[int,
     group.ready[:] = [group.ready[row] for row in kept_rows]
     if group.digests:
         group.digests[:] = [group.digests[row] for row in kept_rows]
+
+
+def unreadable(batch: FetchedBatch, start_ms: int, exc: BaseException, worker: str) -> Prepared:
+    """A batch (of one record) that preparing failed on: its records go to the DLQ with the reason."""
+    reason = f"the worker could not prepare it: {type(exc).__name__}: {exc}"
+    triaged = Triage(dead_letters=[dead_letter(record, reason, "unreadable", worker) for record in batch.records])
+    return Prepared(records=batch.records, fetched_ms={id(r): at for r, at in zip(batch.records, batch.fetched_ms)},
+                    triaged=triaged, start_ms=start_ms)

@@ -90,7 +90,7 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, p
         into.dead_letters.append(dead_letter(record, str(exc), exc.code, who.worker))
         return
     timings = _early_timings(record, request, now_ms)
-    source = (record.topic, record.partition)
+    source = (record.topic, record.partition, record.offset)
     topic = request.reply.topic
     if topic is not None and (problem := results_topic_problem(topic, rules.results_topics)) is not None:
         # The caller's waiter (if any) still hears why; the topic it named never sees a byte.

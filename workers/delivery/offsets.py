@@ -1,11 +1,17 @@
 """Kafka offsets of a worker's partitions: committing delivered batches, seeing a drained backlog."""
 
+import asyncio
 import logging
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from common.logs import LogThrottle
 
 log = logging.getLogger(__name__)
+_log = LogThrottle(log)
+T = TypeVar("T")
 
 
 async def backlog_drained(consumer: AIOKafkaConsumer) -> bool:
@@ -20,14 +26,53 @@ async def backlog_drained(consumer: AIOKafkaConsumer) -> bool:
     return True
 
 
+def owned_partitions(consumer: AIOKafkaConsumer) -> frozenset[tuple[str, int]]:
+    """(topic, partition) of every partition the consumer owns right now."""
+    return frozenset((tp.topic, tp.partition) for tp in consumer.assignment())
+
+
 async def commit_records(consumer: AIOKafkaConsumer, records: list[ConsumerRecord]) -> None:
+    """Commit past `records`, naming only partitions still owned: a commit that names a revoked
+    partition is refused whole, and would take the owned partitions' offsets down with it."""
+    owned = consumer.assignment()
     offsets: dict[TopicPartition, int] = {}
     for record in records:
         tp = TopicPartition(record.topic, record.partition)
-        offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+        if tp in owned:
+            offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+    if not offsets:
+        return
     try:
         await consumer.commit(offsets)
     except (CommitFailedError, IllegalStateError) as exc:
         # The partitions moved during a rebalance: the new owner redelivers these
         # records, and results keyed by request id make that harmless.
-        log.warning("commit after rebalance refused (%s); %d records will be redelivered", exc, len(records))
+        _log.log(logging.WARNING, "rebalance", "commit after rebalance refused (%s); %d records will be redelivered",
+                 exc, len(records))
+    except KafkaError as exc:
+        # The broker is away: a later batch's commit covers these offsets too (commits are
+        # cumulative per partition); at worst they are redelivered, never lost.
+        _log.log(logging.WARNING, "kafka", "commit failed (%s: %s); the next commit covers these offsets",
+                 type(exc).__name__, exc)
+
+
+async def hand_on(consumer: AIOKafkaConsumer, queue: "asyncio.Queue[T]", item: T, *, patience_s: float = 1.0) -> None:
+    """Put `item` on the next stage's queue. While the stages behind it are held up (delivery
+    waiting out an outage), pause every partition and keep polling: the consumer stays in its
+    group (max.poll.interval.ms) without fetching records it could not hold."""
+    paused: set[TopicPartition] = set()
+    try:
+        while True:
+            try:
+                await asyncio.wait_for(queue.put(item), patience_s)
+                return
+            except TimeoutError:
+                newly = consumer.assignment() - paused
+                if newly:
+                    consumer.pause(*newly)
+                    paused |= newly
+                await consumer.getmany(timeout_ms=0)
+    finally:
+        still_owned = paused & consumer.assignment()
+        if still_owned:
+            consumer.resume(*still_owned)

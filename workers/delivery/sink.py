@@ -2,25 +2,61 @@
 topics, and the dead-letter queue.
 
 `deliver` returns only when every result is durably somewhere, which is what lets the
-worker commit offsets afterwards (at-least-once). Any failure propagates, so the worker
-does not commit and the batch is redelivered.
+worker commit offsets afterwards (at-least-once). An outage of Redis or Kafka is waited out
+(workers/delivery/patience.py), never passed on; a result that its topic refuses for good
+(too large, a topic Kafka will not take) becomes a dead letter instead, so one record never
+holds up its partition. A stored `ok` or `degraded` result is never replaced by a later
+`error` or `expired` one for the same id (a redelivered record past its deadline).
 """
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 from functools import cached_property
+from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
-from schemas.wire import DeadLetter, Request, Result
+from schemas.wire import DeadLetter, Request, Result, Status
+from workers.delivery.patience import Patience, is_outage
+
+# KEYS: the batch's result keys, then its reply streams. ARGV: ttl, stream maxlen, result count,
+# then per result: request id, msgpack result, 1-based reply-stream index (0: no waiter), and
+# 1 when the result is final (ok, degraded): only a final result replaces a stored one.
+# (One script touches many keys: on Redis Cluster they would need one hash slot.)
+DELIVER_SCRIPT = """
+local ttl, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+for i = 1, n do
+  local base = 3 + 4 * (i - 1)
+  local id, payload, stream, final = ARGV[base + 1], ARGV[base + 2], tonumber(ARGV[base + 3]), ARGV[base + 4]
+  local written
+  if final == '1' then
+    written = redis.call('SET', KEYS[i], payload, 'EX', ttl)
+  else
+    written = redis.call('SET', KEYS[i], payload, 'EX', ttl, 'NX')
+  end
+  if written and stream > 0 then
+    redis.call('XADD', KEYS[n + stream], 'MAXLEN', '~', maxlen, '*', 'id', id, 'result', payload)
+  end
+end
+for j = n + 1, #KEYS do
+  redis.call('EXPIRE', KEYS[j], ttl)
+end
+return n
+"""
+FINAL = frozenset({Status.ok, Status.degraded})
+MAX_KNOWN_TOPICS = 10_000
+MAX_DEAD_BYTES = 256 * 1024  # a dead letter must fit the producer's 1 MiB request
+
+Send = tuple[str, bytes, bytes | None]  # topic, value, key
 
 
 class _Record(Protocol):
     topic: str
     partition: int
+    offset: int
 
 
 class HasRecord(Protocol):
@@ -33,36 +69,17 @@ class HasRecord(Protocol):
     def record(self) -> _Record: ...
 
 
-# KEYS: the batch's result keys, then its reply streams. ARGV: ttl, stream maxlen, result count,
-# then per result: request id, msgpack result, 1-based reply-stream index (0: no waiter).
-# (One script touches many keys: on Redis Cluster they would need one hash slot.)
-DELIVER_SCRIPT = """
-local ttl, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-for i = 1, n do
-  local id, payload, stream = ARGV[1 + 3 * i], ARGV[2 + 3 * i], tonumber(ARGV[3 + 3 * i])
-  redis.call('SET', KEYS[i], payload, 'EX', ttl)
-  if stream > 0 then
-    redis.call('XADD', KEYS[n + stream], 'MAXLEN', '~', maxlen, '*', 'id', id, 'result', payload)
-  end
-end
-for j = n + 1, #KEYS do
-  redis.call('EXPIRE', KEYS[j], ttl)
-end
-return n
-"""
-
-
 @dataclass(frozen=True)
 class Outcome:
     """A result and the request it answers (None when the request could not be decoded)."""
 
     request: Request | None
     result: Result
-    source: tuple[str, int] | None = None  # (topic, partition) the request was read from
+    source: tuple[str, int, int] | None = None  # (topic, partition, offset) the request was read from
 
     @classmethod
     def of(cls, item: "HasRecord", result: Result) -> "Outcome":
-        return cls(item.request, result, (item.record.topic, item.record.partition))
+        return cls(item.request, result, (item.record.topic, item.record.partition, item.record.offset))
 
     @cached_property
     def payload(self) -> bytes:
@@ -75,23 +92,32 @@ class Outcome:
 
 
 class ResultSink:
-    def __init__(self, redis: Redis, producer: AIOKafkaProducer, *, result_ttl_s: int, reply_stream_maxlen: int = 100_000):
+    def __init__(self, redis: Redis, producer: AIOKafkaProducer, *, result_ttl_s: int, patience: Patience,
+                 reply_stream_maxlen: int = 100_000,
+                 ensure_topic: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """`ensure_topic` creates a results topic the first time a result goes there (brokers may
+        not auto-create; the names were checked against the allow-list at triage)."""
         self._redis = redis
         self._producer = producer
         self._ttl = result_ttl_s
         self._maxlen = reply_stream_maxlen
+        self._patience = patience
+        self._ensure_topic = ensure_topic
+        self._known_topics: set[str] = set()
         self._deliver_script = redis.register_script(DELIVER_SCRIPT)
 
     async def deliver(self, outcomes: list[Outcome], dead_letters: list[DeadLetter]) -> None:
-        sends = [self._send_to_topics(outcomes), self._send_dead_letters(dead_letters)]
-        if outcomes:
-            sends.append(self._write_redis(outcomes))
-        await asyncio.gather(*sends)
+        refused, *_ = await asyncio.gather(self._send_to_topics(outcomes), self._write_redis(outcomes),
+                                           self._send_dead_letters(dead_letters))
+        if refused:
+            await self._send_dead_letters(refused)
 
     async def _write_redis(self, outcomes: list[Outcome]) -> None:
         """Every result key and reply-stream entry of a batch in one script call: one command to
         pack and one reply to parse instead of two per result, which is most of what a cache hit
         costs the worker."""
+        if not outcomes:
+            return
         streams: dict[str, int] = {}
         keys: list[str] = []
         args: list[bytes | str | int] = [self._ttl, self._maxlen, len(outcomes)]
@@ -99,26 +125,62 @@ class ResultSink:
             keys.append(result_key(outcome.result.id))
             waiter = outcome.request.reply.redis if outcome.request is not None else None
             stream = streams.setdefault(reply_stream(waiter), len(streams) + 1) if waiter else 0
-            args += [outcome.result.id, outcome.payload, stream]
-        await self._deliver_script(keys=keys + list(streams), args=args)
+            args += [outcome.result.id, outcome.payload, stream, 1 if outcome.result.status in FINAL else 0]
+        await self._patience.until_done("redis", lambda: self._deliver_script(keys=keys + list(streams), args=args))
 
-    async def _send_to_topics(self, outcomes: list[Outcome]) -> None:
-        futures = []
-        for outcome in outcomes:
-            topic = outcome.request.reply.topic if outcome.request is not None else None
-            if topic:
-                key = outcome.result.id.encode()
-                futures.append(await self._producer.send(topic, outcome.payload, key=key))
-        if futures:
-            await asyncio.gather(*futures)
+    async def _send_to_topics(self, outcomes: list[Outcome]) -> list[DeadLetter]:
+        """Produce each result to its topic; the ones a topic refuses for good come back as dead letters."""
+        bound = [(outcome, outcome.request.reply.topic) for outcome in outcomes
+                 if outcome.request is not None and outcome.request.reply.topic]
+        sends = [(topic, outcome.payload, outcome.result.id.encode()) for outcome, topic in bound]
+        refused = await self._produce(sends, results=True)
+        by_send = {id(send): outcome for send, (outcome, _) in zip(sends, bound, strict=True)}
+        return [_undeliverable(by_send[id(send)], send[0], exc) for send, exc in refused]
 
     async def _send_dead_letters(self, dead_letters: list[DeadLetter]) -> None:
-        futures = [await self._producer.send(DLQ_TOPIC, letter.encode()) for letter in dead_letters]
-        if futures:
-            await asyncio.gather(*futures)
+        refused = await self._produce([(DLQ_TOPIC, letter.encode(), None) for letter in dead_letters])
+        for _, exc in refused:  # capped at triage, so only a misconfigured broker gets here
+            raise RuntimeError(f"the dead-letter topic refused a letter: {exc}") from exc
 
     async def forward(self, topic: str, originals: list[tuple[bytes | None, bytes]]) -> None:
         """Hand requests, byte for byte, to another topic (the CPU fallback) before committing them here."""
-        futures = [await self._producer.send(topic, value, key=key) for key, value in originals]
-        if futures:
-            await asyncio.gather(*futures)
+        refused = await self._produce([(topic, value, key) for key, value in originals])
+        for _, exc in refused:
+            raise RuntimeError(f"{topic} refused a forwarded request: {exc}") from exc
+
+    async def _produce(self, sends: list[Send], *, results: bool = False) -> list[tuple[Send, BaseException]]:
+        """Produce every send; outages are waited out, and each send a topic refuses for good is
+        returned with its error (the others are delivered regardless)."""
+        refused: list[tuple[Send, BaseException]] = []
+        pending = sends
+
+        async def attempt() -> None:
+            nonlocal pending
+            errors = await asyncio.gather(*(self._send_one(send, results) for send in pending), return_exceptions=True)
+            failed = [(send, exc) for send, exc in zip(pending, errors, strict=True) if isinstance(exc, BaseException)]
+            refused.extend((send, exc) for send, exc in failed if not is_outage(exc))
+            pending = [send for send, exc in failed if is_outage(exc)]
+            if pending:
+                raise next(exc for _, exc in failed if is_outage(exc))
+
+        if pending:
+            await self._patience.until_done("kafka", attempt)
+        return refused
+
+    async def _send_one(self, send: Send, results_topic: bool) -> None:
+        topic, value, key = send
+        if results_topic and self._ensure_topic is not None and topic not in self._known_topics:
+            await self._ensure_topic(topic)
+            if len(self._known_topics) < MAX_KNOWN_TOPICS:
+                self._known_topics.add(topic)
+        await (await self._producer.send(topic, value, key=key))
+
+
+def _undeliverable(outcome: Outcome, topic: str, exc: BaseException) -> DeadLetter:
+    source_topic, partition, offset = outcome.source or ("", -1, -1)
+    payload = outcome.payload
+    return DeadLetter(reason=f"result {outcome.result.id} could not be produced to {topic}: "
+                             f"{type(exc).__name__}: {str(exc)[:300]}", code="result_undeliverable",
+                      topic=source_topic, partition=partition, offset=offset, original=payload[:MAX_DEAD_BYTES],
+                      original_size=len(payload), truncated=len(payload) > MAX_DEAD_BYTES)
+

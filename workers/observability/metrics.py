@@ -76,6 +76,9 @@ class WorkerMetrics:
                                   ["model", "role", "device", "worker", "state"], registry=reg)
         self.failovers = Counter(f"{PREFIX}_failovers", "Times this worker handed its partitions over (device "
                                  "failed or drained)", labels, registry=reg)
+        self.waiting = Gauge(f"{PREFIX}_worker_waiting", "1 while delivery waits for a dependency (redis, kafka) "
+                             "to answer again; the worker's partitions are paused meanwhile", ["dependency"],
+                             registry=reg)
         self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
 
