@@ -39,7 +39,41 @@ def configure_logging(*, json_lines: bool, level: str = "INFO") -> None:
     else:
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     handler.setFormatter(formatter)
+    handler.addFilter(RepeatFilter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+class RepeatFilter(logging.Filter):
+    """Client libraries (aiokafka, redis) log every failed connection attempt during an outage:
+    thousands of lines a minute. Their warnings and errors pass once per message template and
+    interval; the next one that passes says how many were held back."""
+
+    LIBRARIES = ("aiokafka", "kafka", "redis")
+
+    def __init__(self, interval_s: float = 10.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last_at: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith(self.LIBRARIES):
+            return True
+        key = (record.name, str(record.msg)[:80])
+        now = self._clock()
+        last = self._last_at.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last_at[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like this in the last {now - (last or now):.0f} s)"
+        if len(self._last_at) > 1000:  # many distinct templates: forget the oldest half
+            for stale in sorted(self._last_at, key=self._last_at.__getitem__)[:500]:
+                self._last_at.pop(stale, None)
+        return True
 
 
 class LogThrottle:

@@ -23,6 +23,9 @@ class FleetSettings(BaseSettings):
     log_json: bool = Field(False, description="Log JSON lines (one object per line) instead of plain text")
     log_level: str = Field("INFO", description="Python logging level")
     model_dir: Path | None = Field(None, description="Model registry folder; default <home>/models")
+    startup_timeout_s: float = Field(30.0, gt=0, description="Give up (exit non-zero) when Kafka or Redis do not "
+                                     "answer within this at start")
+    shutdown_grace_s: float = Field(10.0, gt=0, description="After SIGTERM the process ends within this")
     results_topic_pattern: str = Field(r"fleet\.results.*", description="Regex a results topic must match in full: "
                                        "the gateway answers 422 and the worker dead-letters a request naming another")
 

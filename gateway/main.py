@@ -8,25 +8,23 @@ exits non-zero with one clear line. Once serving, SIGTERM ends the process withi
 
 import asyncio
 import logging
-import os
 import socket
 import sys
-import threading
 from types import FrameType
 
 import uvicorn
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from common.logs import configure_logging
+from common.process import ExitCode, arm_watchdog
 from gateway.app import create_app, gateway_client
 from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
 
 log = logging.getLogger("gateway")
 
-EXIT_CANNOT_BIND = 2
-EXIT_DEPENDENCIES = 3
-EXIT_GRACE_EXCEEDED = 4
+EXIT_CANNOT_BIND = ExitCode.CANNOT_BIND
+EXIT_DEPENDENCIES = ExitCode.DEPENDENCIES
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -75,16 +73,8 @@ class GracefulServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.should_exit:
-            watchdog = threading.Timer(self._grace_s, _give_up, args=(self._grace_s,))
-            watchdog.daemon = True
-            watchdog.start()
+            arm_watchdog(self._grace_s)
         super().handle_exit(sig, frame)
-
-
-def _give_up(grace_s: float) -> None:
-    log.error("shutdown took longer than %.1f s; exiting now", grace_s)
-    logging.shutdown()
-    os._exit(EXIT_GRACE_EXCEEDED)
 
 
 async def serve(settings: GatewaySettings, listener: socket.socket) -> int:

@@ -32,9 +32,6 @@ class GatewaySettings(ClientSettings):
     max_timeout_ms: int = Field(60_000, gt=0, le=600_000, description="A longer `timeout_ms` is 422")
     max_in_flight: int = Field(1000, ge=1, description="Concurrent /v1 requests per process; more are 429")
     retry_after_s: int = Field(1, ge=1, description="Retry-After of 429 and 503 answers")
-    startup_timeout_s: float = Field(30.0, gt=0, description="Give up (exit non-zero) when Kafka or Redis do not "
-                                     "answer within this at start")
-    shutdown_grace_s: float = Field(10.0, gt=0, description="After SIGTERM the process ends within this")
     rule_fallbacks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per model, a safe answer "
                                                       "(outputs) given when no worker of any kind is alive and the "
                                                       "deadline is near, marked degraded")

@@ -5,6 +5,7 @@ import asyncio
 import logging
 
 from common.logs import configure_logging
+from common.process import ExitCode, arm_watchdog, wait_for_dependencies
 from workers.health.endpoints import health_endpoints
 from workers.health.probes import WorkerProbes
 from workers.worker import Worker
@@ -14,12 +15,19 @@ from workers.fallback import PrimaryTakeover
 
 
 async def serve(settings: WorkerSettings, *, burst: bool) -> int:
+    if not await wait_for_dependencies(settings, settings.startup_timeout_s, "worker"):
+        raise SystemExit(ExitCode.DEPENDENCIES)
     worker = Worker(settings)
     probes = WorkerProbes(worker)
+
+    def stop() -> None:
+        arm_watchdog(settings.shutdown_grace_s)  # an outage may hold delivery: never past the grace period
+        worker.request_stop()
+
     # The health port opens before the model loads: /livez answers while it loads, /readyz says "starting".
     async with health_endpoints(probes, worker.metrics.registry, host=settings.metrics_host,
                                 port=settings.metrics_port), worker:
-        probes.stop_on_signals(worker.request_stop)
+        probes.stop_on_signals(stop)
         if worker.unavailable is not None:
             print(f"worker {worker.worker_id} failed at start: {worker.unavailable}", flush=True)
             return await probes.watch(worker.run())

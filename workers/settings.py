@@ -92,6 +92,9 @@ class WorkerSettings(FleetSettings):
                                       "(e.g. a canary candidate); empty: every version")
     fault_probe_fails: bool = Field(False, description="Make the health probe fail")
     health_probe_interval_s: float = Field(2.0, gt=0, description="How often the health probe runs a tiny inference")
+    health_batch_timeout_s: float = Field(30.0, gt=0, description="A batch in the model longer than this counts as "
+                                          "a device timeout (probes pause while a batch runs: its outcome is the "
+                                          "device's signal)")
     health_probe_timeout_s: float = Field(2.0, gt=0, description="A probe slower than this counts as a failure")
     health_max_consecutive_errors: int = Field(3, ge=1, description="Consecutive device errors that mark the "
                                                "worker failed")

@@ -105,6 +105,8 @@ class HealthMonitor:
         if max_consecutive_errors < 1 or recover_after < 1:
             raise ValueError("max_consecutive_errors and recover_after must be at least 1")
         self._probe = probe
+        self.batch_timeout_s = float("inf")
+        self._busy_since: Callable[[], float | None] = lambda: None
         self.probe_interval_s = probe_interval_s
         self.probe_timeout_s = probe_timeout_s
         self.max_consecutive_errors = max_consecutive_errors
@@ -239,13 +241,25 @@ class HealthMonitor:
             self.record_success()
         return None
 
+    def watch_batches(self, busy_since: Callable[[], float | None], batch_timeout_s: float) -> None:
+        """Skip probes while a batch runs, and count a batch running past `batch_timeout_s` as a timeout.
+        `busy_since()`: monotonic start of the batch now in the model, None when the model is idle."""
+        self._busy_since = busy_since
+        self.batch_timeout_s = batch_timeout_s
+
     async def run_probes(self) -> None:
         """Probe the device every `probe_interval_s` (first one at once) until cancelled."""
         pending: asyncio.Future[None] | None = None
         try:
             while True:
                 started = time.monotonic()
-                pending = await self.probe_once(pending)
+                running_since = self._busy_since()
+                if running_since is None:
+                    pending = await self.probe_once(pending)
+                elif started - running_since > self.batch_timeout_s:
+                    self.record_timeout(f"a batch, in the model for over {self.batch_timeout_s:g}s,")
+                # While a batch runs, its own outcome is the device's signal: a probe would only
+                # measure the queue in front of the device.
                 if self._gpu_reader is not None:
                     reading = await asyncio.to_thread(self._gpu_reader)
                     if reading is not None:
