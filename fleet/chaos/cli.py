@@ -127,6 +127,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options, list[Sce
 def main(argv: list[str] | None = None) -> int:
     args, options, scenarios, ports = parse(argv)
     # The harness's own clients retry through the outages it causes; their connection errors are expected.
+    logging.basicConfig(level=logging.WARNING, format="    (load client) %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     cluster = bool(args.cluster)
     stack = ChaosStack(FleetSettings(), ports, brokers=CLUSTER_BROKERS if cluster else 1, echo=echo)

@@ -74,43 +74,37 @@ class SteadyLoad:
         except Exception as exc:  # one failed send is a refused request in the table, not the end of the run
             ledger.refuse(path, type(exc).__name__)
 
-    async def _post(self, ledger: Ledger, path: str, route: str, body: dict[str, Any],
-                    timeout_s: float) -> httpx.Response | None:
+    async def _post(self, ledger: Ledger, path: str, route: str, body: dict[str, Any]) -> tuple[str | None, str]:
+        """POST `body`; the request id the gateway named (200, 202 and 504 name one) and the result's
+        status where the answer is a result. No id: a refused request."""
+        timeout_s = int(body["timeout_ms"]) / 1000 + HTTP_CLIENT_SLACK_S
         try:
-            response = await self.http.post(route, json=body, headers=self.headers, timeout=timeout_s)
+            response = await self.http.post(f"/v1/models/{self.model}/{route}", json=body, headers=self.headers,
+                                            timeout=timeout_s)
         except httpx.HTTPError as exc:
             ledger.refuse(path, type(exc).__name__)
-            return None
+            return None, ""
         if response.status_code >= 500:
             ledger.http_5xx += 1
-        return response
+        answer = _json(response)
+        request_id = answer.get("id")
+        if request_id is None:
+            ledger.refuse(path, str(response.status_code))
+        return request_id, str(answer.get("status", "")) if response.status_code == 200 else ""
 
     async def _http_infer(self, ledger: Ledger) -> None:
-        body = {"text": self.text(), "timeout_ms": INFER_TIMEOUT_MS}
-        response = await self._post(ledger, "http-infer", f"/v1/models/{self.model}/infer", body,
-                                    INFER_TIMEOUT_MS / 1000 + HTTP_CLIENT_SLACK_S)
-        if response is None:
-            return
-        answer = _json(response)
-        if response.status_code == 200 and "id" in answer:
-            ledger.accept(answer["id"], "http-infer")
-            ledger.answer(answer["id"], str(answer.get("status")), "http", time.monotonic())
-        elif response.status_code == 504 and "id" in answer:
-            ledger.accept(answer["id"], "http-infer")  # published, not answered in time: still owed
-        else:
-            ledger.refuse("http-infer", str(response.status_code))
+        request_id, status = await self._post(ledger, "http-infer", "infer",
+                                              {"text": self.text(), "timeout_ms": INFER_TIMEOUT_MS})
+        if request_id is not None:
+            ledger.accept(request_id, "http-infer")  # a 504 names an id too: published, so still owed
+            if status:
+                ledger.answer(request_id, status, "http", time.monotonic())
 
     async def _http_submit(self, ledger: Ledger) -> None:
         body = {"text": self.text(), "timeout_ms": SUBMIT_TIMEOUT_MS, "results_topic": self.results_topic}
-        response = await self._post(ledger, "http-submit", f"/v1/models/{self.model}/requests", body,
-                                    SUBMIT_TIMEOUT_MS / 1000 + HTTP_CLIENT_SLACK_S)
-        if response is None:
-            return
-        answer = _json(response)
-        if response.status_code == 202 and "id" in answer:
-            ledger.accept(answer["id"], "http-submit")
-        else:
-            ledger.refuse("http-submit", str(response.status_code))
+        request_id, _ = await self._post(ledger, "http-submit", "requests", body)
+        if request_id is not None:
+            ledger.accept(request_id, "http-submit")
 
     async def _client(self, ledger: Ledger) -> None:
         try:

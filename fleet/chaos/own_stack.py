@@ -19,7 +19,7 @@ from common.settings import FleetSettings
 from fleet.stack import cli as stack_cli, kafka_server
 from fleet.stack.launch import start_kafka_node, start_redis_node
 from fleet.stack.layout import Stack, StackSettings
-from fleet.stack.proc import StackError
+from fleet.stack.proc import StackError, stop_all
 from fleet.stack.readiness import wait_for_kafka, wait_for_redis
 
 Echo = Callable[[str], None]
@@ -95,9 +95,9 @@ class ChaosStack:
     # --- the faults -------------------------------------------------------------------------
 
     def stop_kafka(self) -> None:
-        """Stop every Kafka node (SIGTERM: a controlled shutdown, as an orchestrator's restart does)."""
-        for node in self.stack.kafka_nodes:
-            node.proc.stop(STOP_TIMEOUT_S)
+        """Stop every Kafka node (SIGTERM: a controlled shutdown, as an orchestrator's restart does;
+        the nodes of a quorum together, see fleet.stack.proc.stop_all)."""
+        stop_all([node.proc for node in self.stack.kafka_nodes], STOP_TIMEOUT_S)
 
     async def start_kafka(self) -> None:
         stack = self.stack

@@ -22,6 +22,7 @@ WORKER_READY = "ready:"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 WATCH_INTERVAL_S = 0.3
+RESTART_AFTER_S = 1.0  # a process that dies at once is started again no more than once a second
 
 
 @dataclass
@@ -43,6 +44,7 @@ class FleetProcess:
     log_offset: int = 0  # where this incarnation's output starts in the log
     planned_exit: bool = False
     starts: int = 0
+    started_at: float = 0.0
 
     def start(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +54,7 @@ class FleetProcess:
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         self.planned_exit = False
         self.starts += 1
+        self.started_at = time.monotonic()
 
     def output(self) -> str:
         """What this incarnation has written so far."""
@@ -154,8 +157,11 @@ class Fleet:
         while True:
             for process in self.processes:
                 code = process.exit_code()
-                if code is not None:
+                if code is None or process.popen is None:
+                    continue
+                if not any(died.name == process.name and died.at >= process.started_at for died in self.exits):
                     self.exits.append(Exited(process.name, code, time.monotonic(), process.planned_exit, process.tail()))
+                if process.planned_exit or time.monotonic() - process.started_at >= RESTART_AFTER_S:
                     process.start()
                     self.restarts.append((process.name, time.monotonic()))
             await asyncio.sleep(WATCH_INTERVAL_S)

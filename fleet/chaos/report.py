@@ -19,6 +19,8 @@ REDIS_RECOVERY_LIMIT_S = 5.0  # issue 12: the gateway answers again within 5 s o
 MALFORMED_SCENARIOS = frozenset({"flood", "http"})
 REDIS_SCENARIOS = frozenset({"redis-restart", "redis-pause"})
 LOST_IDS_KEPT = 20
+EXITS_SHOWN = 6
+TAILS_SHOWN = 2
 
 
 @dataclass
@@ -124,10 +126,13 @@ def details(report: ScenarioReport) -> list[str]:
         lines.append(f"  malformed sent by kind: {dict(Counter(report.malformed_sent).most_common())}")
     if report.http_unexpected:
         lines.append(f"  answers not of the owed class: {report.http_unexpected}")
-    for died in report.worker_exits:
+    for n, died in enumerate(report.worker_exits):
+        if n == EXITS_SHOWN:
+            lines.append(f"  ... and {len(report.worker_exits) - EXITS_SHOWN} more exits")
+            break
         why = "killed by the scenario" if died.planned else "DIED"
         lines.append(f"  {died.worker} exit {died.code} at {died.at_s:.1f}s: {why}")
-        if not died.planned and died.log_tail:
+        if not died.planned and died.log_tail and n < TAILS_SHOWN:
             lines += [f"    | {line}" for line in died.log_tail.splitlines()[-8:]]
     lines += [f"  check: {check}: {'yes' if passed else 'NO'}" for check, passed in report.checks.items()]
     lines += [f"  note: {note}" for note in report.notes]

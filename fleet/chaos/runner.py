@@ -143,6 +143,7 @@ async def fleet_under_test(stack: ChaosStack, options: Options, fleet: Fleet, ec
     topics = [requests_topic(options.model), fallback_topic(options.model), DLQ_TOPIC, DEFAULT_RESULTS_TOPIC,
               options.results_topic]
     await create_topics(stack.bootstrap, topics, replication)
+    echo(f"[setup] topics {', '.join(topics)}: {PARTITIONS} partitions, replication factor {replication}")
     key = api_key(options, stack.env())
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     echo(f"[setup] starting {len(fleet.workers)} workers and the gateway (logs in {fleet.gateway.log_file.parent})")

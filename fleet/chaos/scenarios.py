@@ -84,21 +84,23 @@ async def worker_kill(run: Run, report: ScenarioReport) -> Window:
 
 
 async def kafka_restart(run: Run, report: ScenarioReport) -> Window:
-    began = time.monotonic()
-    await asyncio.to_thread(run.stack.stop_kafka)
-    stopped = time.monotonic()
-    await run.stack.start_kafka()
-    back = time.monotonic()
-    report.notes.append(f"Kafka stopped in {stopped - began:.1f} s, answered again {back - stopped:.1f} s after start")
-    return began, back
+    return await _restart(run.stack.stop_kafka, run.stack.start_kafka, "Kafka", report)
 
 
 async def redis_restart(run: Run, report: ScenarioReport) -> Window:
+    return await _restart(run.stack.stop_redis, run.stack.start_redis, "Redis", report)
+
+
+async def _restart(stop: Callable[[], None], start: Callable[[], Awaitable[None]], what: str,
+                   report: ScenarioReport) -> Window:
+    """Stop (SIGTERM), start again, and end the fault when the server answers."""
     began = time.monotonic()
-    await asyncio.to_thread(run.stack.stop_redis)
-    await run.stack.start_redis()
+    await asyncio.to_thread(stop)
+    stopped = time.monotonic()
+    await start()
     back = time.monotonic()
-    report.notes.append(f"Redis away for {back - began:.1f} s")
+    report.notes.append(f"{what} stopped in {stopped - began:.1f} s, answered again {back - stopped:.1f} s after "
+                        f"the start ({back - began:.1f} s away)")
     return began, back
 
 
@@ -189,21 +191,23 @@ async def _send_case(run: Run, case: HttpCase, report: ScenarioReport) -> None:
     try:
         response = await run.http.request(case.method, case.path, content=content, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
-        report.http_unexpected[f"{case.kind} -> {type(exc).__name__}"] = report.http_unexpected.get(
-            f"{case.kind} -> {type(exc).__name__}", 0) + 1
+        _bump(report.http_unexpected, f"{case.kind} -> {type(exc).__name__}")
         return
     code = response.status_code
     if code >= 500:
         report.http_5xx += 1
         report.http_5xx_input += 1
     if (200 <= code < 300) != case.expect_ok or code >= 500:
-        key = f"{case.kind} -> {code}"
-        report.http_unexpected[key] = report.http_unexpected.get(key, 0) + 1
+        _bump(report.http_unexpected, f"{case.kind} -> {code}")
     if 200 <= code < 300:
         request_id = _id_of(response)
         if request_id is not None:
             run.load.ledger.attempt()
             run.load.ledger.accept(request_id, "http-odd-but-legal")
+
+
+def _bump(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
 
 
 async def _chunks(body: bytes, size: int = 8192) -> AsyncIterator[bytes]:
