@@ -10,6 +10,7 @@
     fleet models | rollout | shadow model versions, staged rollout, shadow comparisons
     fleet cache clear|stats         result caches (cache-eval, bench-cache-memory: their checks)
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
+    fleet chaos [--quick]           crashes, outages and malformed input under load, on its own stack
 """
 
 import argparse
@@ -44,6 +45,8 @@ DELEGATES = {
     "bench-cache": ("fleet.bench.cache", "cache benchmark: exact-hit throughput, hit vs bare round trip, "
                     "throughput with and without caches at a 50% hit rate"),
     "bench-cache-memory": ("fleet.bench.cache_memory", "exact cache RSS against its configured bound"),
+    "chaos": ("fleet.chaos.cli", "kill, restart, pause and flood the fleet on its own stack under load; "
+              "count what was lost"),
 }
 
 
