@@ -10,6 +10,7 @@
     fleet models | rollout | shadow model versions, staged rollout, shadow comparisons
     fleet cache clear|stats         result caches (cache-eval, bench-cache-memory: their checks)
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
+    fleet keys create|list|revoke   the gateway's API keys, one tenant each
 """
 
 import argparse
@@ -44,6 +45,7 @@ DELEGATES = {
     "bench-cache": ("fleet.bench.cache", "cache benchmark: exact-hit throughput, hit vs bare round trip, "
                     "throughput with and without caches at a 50% hit rate"),
     "bench-cache-memory": ("fleet.bench.cache_memory", "exact cache RSS against its configured bound"),
+    "keys": ("fleet.commands.keys", "the gateway's API keys: create (shown once) | list | revoke"),
 }
 
 
