@@ -34,6 +34,9 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 METRICS_PATH = "/metrics"
 MAX_KEY_CHARS = 256
 MAX_CACHED = 10_000
+# Redis lookups at once: a flood of new keys must not take every connection of the client's pool
+# (100), which the reply reader and result lookups share.
+MAX_CONCURRENT_LOOKUPS = 16
 CHALLENGE = [(b"www-authenticate", b"Bearer")]
 
 
@@ -101,6 +104,8 @@ class KeyDirectory:
         self._clock = clock
         self._file = KeysFile(keys_file, cache_s, clock) if keys_file is not None else None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._flights: dict[str, asyncio.Future[KeyRecord | None]] = {}
+        self._lookups = asyncio.Semaphore(MAX_CONCURRENT_LOOKUPS)
 
     async def lookup(self, key: str) -> KeyRecord | None:
         """The key's record (revoked ones included), None for an unknown key; FleetUnavailable
@@ -108,18 +113,31 @@ class KeyDirectory:
         digest = key_digest(key)
         if self._file is not None and (record := self._file.get(digest)) is not None:
             return record
-        now = self._clock()
         cached = self._cache.get(digest)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > self._clock():
             return cached[1]
+        # Requests arriving together with the same key share one Redis lookup.
+        flight = self._flights.get(digest)
+        if flight is None:
+            flight = self._flights[digest] = asyncio.ensure_future(self._query(digest))
+            flight.add_done_callback(lambda done: self._landed(digest, done))
+        return await asyncio.shield(flight)
+
+    async def _query(self, digest: str) -> KeyRecord | None:
+        started = self._clock()
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(self._timeout_s), self._lookups:
                 record = await find_key(self._redis(), digest)
         except (RedisError, OSError, TimeoutError) as exc:
             # Only the error's kind: its text could carry the command, and with it the digest.
             raise FleetUnavailable("redis", f"API key lookup failed ({type(exc).__name__})") from None
-        self._remember(digest, record, now)
+        self._remember(digest, record, started)
         return record
+
+    def _landed(self, digest: str, flight: "asyncio.Future[KeyRecord | None]") -> None:
+        self._flights.pop(digest, None)
+        if not flight.cancelled():
+            flight.exception()  # retrieved here, so one no request awaited any more is not reported as lost
 
     def _remember(self, digest: str, record: KeyRecord | None, now: float) -> None:
         if self._cache_s <= 0:
