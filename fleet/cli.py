@@ -11,6 +11,7 @@
     fleet cache clear|stats         result caches (cache-eval, bench-cache-memory: their checks)
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
     fleet chaos [--quick]           crashes, outages and malformed input under load, on its own stack
+    fleet keys create|list|revoke   the gateway's API keys, one tenant each
 """
 
 import argparse
@@ -47,6 +48,7 @@ DELEGATES = {
     "bench-cache-memory": ("fleet.bench.cache_memory", "exact cache RSS against its configured bound"),
     "chaos": ("fleet.chaos.cli", "kill, restart, pause and flood the fleet on its own stack under load; "
               "count what was lost"),
+    "keys": ("fleet.commands.keys", "the gateway's API keys: create (shown once) | list | revoke"),
 }
 
 

@@ -3,38 +3,51 @@
 Routes (OpenAPI at /docs):
   POST /v1/models/{model}/infer     publish and await the result (504 with the id on timeout)
   POST /v1/models/{model}/requests  publish and return 202 with the id
-  GET  /v1/results/{request_id}     the result, 404 until it is ready and after it expires
-  GET  /healthz  /readyz  /metrics
+  GET  /v1/results/{request_id}     the result, to its own tenant only; 404 until it is ready, after it
+                                    expires, and for every other tenant
+  GET  /healthz  /readyz            open to all: probes
+  GET  /metrics                     only with a key of a tenant in `metrics_tenants`
 
-Bad input is a 4xx naming the field (gateway/body.py); a Kafka or Redis outage is 503 with
-Retry-After, too many requests in flight 429 (gateway/responses.py, gateway/limits.py).
+Every route but the probes needs an API key (gateway/auth.py); the tenant comes from the key,
+never from the body. Bad input is a 4xx naming the field (gateway/body.py); a Kafka or Redis
+outage is 503 with Retry-After; too many requests in flight, in the process or of one tenant, 429
+(gateway/responses.py, gateway/limits.py, gateway/quotas.py).
 """
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request, Security
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel
 
-from gateway.body import BodyRules, InferBody, parse_infer_body
+from gateway.auth import Authenticate, Caller, KeyDirectory, caller_of
+from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
 from gateway.limits import BodyLimit, InFlightLimit
+from gateway.quotas import TenantQuotas
 from gateway.responses import Outcomes, SafeJSONResponse, install_error_handlers
 from gateway.settings import GatewaySettings
 from schemas.wire import ReplyTo, RequestId, Result, Status
 
+log = logging.getLogger("gateway")
+
 READY_TIMEOUT_S = 2.0
+# Documents the credentials in OpenAPI; gateway/auth.py checks them before any route runs.
+KEY_SCHEMES = [Security(HTTPBearer(auto_error=False)), Security(APIKeyHeader(name="X-API-Key", auto_error=False))]
 BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {"schema": InferBody.model_json_schema()}}}}
 INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "body is not UTF-8 JSON"}, 404: {"description": "unknown model"},
+    400: {"description": "body is not UTF-8 JSON"}, 401: {"description": "missing, unknown or revoked API key"},
+    404: {"description": "unknown model"},
     413: {"description": "body too large"}, 415: {"description": "not application/json"},
     422: {"description": "invalid input; the message names the field"},
-    429: {"description": "too many requests in flight; see Retry-After"},
+    429: {"description": "too many requests in flight, or over the tenant's quota; see Retry-After"},
     503: {"description": "Kafka or Redis unavailable; see Retry-After"}}
 
 
@@ -62,6 +75,12 @@ class GatewayMetrics:
         self.internal_errors = Counter("fleet_gateway_internal_errors", "Unexpected exceptions answered with 503 "
                                        "(each logged with its error id)", registry=self.registry)
         self.in_flight = Gauge("fleet_gateway_in_flight", "/v1 requests being answered now", registry=self.registry)
+        self.auth_failures = Counter("fleet_gateway_auth_failures", "Requests refused for their API key: missing, "
+                                     "invalid (unknown or revoked), forbidden (wrong kind of key)", ["reason"],
+                                     registry=self.registry)
+        self.quota_rejections = Counter("fleet_gateway_quota_rejections", "429 answers of a tenant over its quota: "
+                                        "rate (requests per second) or waits (in flight)", ["tenant", "kind"],
+                                        registry=self.registry)
         self.reader_up = Gauge("fleet_gateway_reply_reader_up", "1 while the reply reader reads from Redis",
                                registry=self.registry)
 
@@ -83,8 +102,13 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     metrics = GatewayMetrics()
     metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
 
+    directory = key_directory(settings, fleet)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if directory is None:
+            log.warning("AUTHENTICATION IS OFF (FLEET_AUTH_REQUIRED=false): anyone who reaches this gateway may "
+                        "infer, submit and read every result")
         await fleet.start()
         try:
             yield
@@ -98,24 +122,44 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     app = FastAPI(title="Inference fleet gateway", version="1", lifespan=lifespan,
                   default_response_class=SafeJSONResponse)
     app.include_router(model_routes(settings, fleet, metrics))
-    app.include_router(ops_routes(fleet, metrics))
+    app.include_router(ops_routes(fleet, metrics, auth_required=directory is not None))
     install_error_handlers(app, metrics.unavailable, settings.retry_after_s)
+    # Added innermost first: a request meets Outcomes, Authenticate, TenantQuotas, InFlightLimit, BodyLimit.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight, retry_after_s=settings.retry_after_s,
                        gauge=metrics.in_flight)
+    app.add_middleware(TenantQuotas, quota_of=settings.quota_of, rejections=metrics.quota_rejections,
+                       retry_after_s=settings.retry_after_s)
+    app.add_middleware(Authenticate, directory=directory, metrics_tenants=frozenset(settings.metrics_tenants),
+                       failures=metrics.auth_failures, unavailable=metrics.unavailable,
+                       retry_after_s=settings.retry_after_s)
     app.add_middleware(Outcomes, requests=metrics.requests, internal_errors=metrics.internal_errors,
                        retry_after_s=settings.retry_after_s)
     return app
 
 
+def key_directory(settings: GatewaySettings, fleet: FleetClient) -> KeyDirectory | None:
+    """Where keys are looked up; None when authentication is switched off."""
+    if not settings.auth_required:
+        return None
+    return KeyDirectory(lambda: fleet.redis, cache_s=settings.auth_cache_s,
+                        lookup_timeout_s=settings.auth_lookup_timeout_s, keys_file=settings.auth_keys_file)
+
+
 def model_routes(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics) -> APIRouter:
-    routes = APIRouter()
+    routes = APIRouter(dependencies=KEY_SCHEMES)
     rules = BodyRules.of(settings)
 
     async def infer_body(model: str, request: Request) -> InferBody:
         if model not in settings.models:
             raise HTTPException(404, f"unknown model {model!r}; this gateway serves {sorted(settings.models)}")
-        return parse_infer_body(await request.body(), request.headers.get("content-type"), rules)
+        body = parse_infer_body(await request.body(), request.headers.get("content-type"), rules)
+        caller = caller_of(request)
+        if caller.tenant is not None:
+            if body.tenant not in (None, caller.tenant):
+                raise invalid((("tenant",), "differs from the tenant of your API key; leave it out"))
+            body = body.model_copy(update={"tenant": caller.tenant})
+        return body
 
     Body = Annotated[InferBody, Depends(infer_body)]
 
@@ -123,6 +167,7 @@ def model_routes(settings: GatewaySettings, fleet: FleetClient, metrics: Gateway
         return body.timeout_ms / 1000 if body.timeout_ms else settings.default_timeout_s
 
     def options_of(body: InferBody) -> RequestOptions:
+        # body.tenant is the key's tenant here (infer_body put it there); the caller's own only with auth off.
         return RequestOptions(version=body.version, params=body.params, priority=body.priority, tenant=body.tenant)
 
     @routes.post("/v1/models/{model}/infer", summary="Infer and wait for the result", openapi_extra=BODY_DOC,
@@ -159,15 +204,18 @@ def model_routes(settings: GatewaySettings, fleet: FleetClient, metrics: Gateway
     return routes
 
 
-def ops_routes(fleet: FleetClient, metrics: GatewayMetrics) -> APIRouter:
+def ops_routes(fleet: FleetClient, metrics: GatewayMetrics, *, auth_required: bool) -> APIRouter:
     routes = APIRouter()
 
-    @routes.get("/v1/results/{request_id}", summary="A result by request id",
-                responses={404: {"description": "not ready yet, expired, or never submitted"},
+    @routes.get("/v1/results/{request_id}", summary="A result by request id", dependencies=KEY_SCHEMES,
+                responses={401: {"description": "missing, unknown or revoked API key"},
+                           404: {"description": "not ready yet, expired, never submitted, or another tenant's"},
                            503: {"description": "Redis unavailable; see Retry-After"}})
-    async def result(request_id: Annotated[RequestId, Path(description="32 hex chars")]) -> Any:
+    async def result(request_id: Annotated[RequestId, Path(description="32 hex chars")],
+                     caller: Annotated[Caller, Depends(caller_of)]) -> Any:
         found = await fleet.result(request_id)
-        if found is None:
+        # Another tenant's result is answered exactly as a missing one: ids must not be probed.
+        if found is None or (auth_required and found.tenant != caller.tenant):
             raise HTTPException(404, f"no result for {request_id} (not ready yet, expired, or unknown)")
         return found.model_dump(mode="json")
 
@@ -182,10 +230,11 @@ def ops_routes(fleet: FleetClient, metrics: GatewayMetrics) -> APIRouter:
         reasons = {} if (down := _reader_down(fleet)) is None else {"reply_reader": down}
         checks["reply_reader"] = not reasons
         ready = all(checks.values())
-        return SafeJSONResponse({"ready": ready, "checks": checks, "reasons": reasons},
+        return SafeJSONResponse({"ready": ready, "checks": checks, "reasons": reasons,
+                                 "auth": "required" if auth_required else "disabled"},
                                 status_code=200 if ready else 503)
 
-    @routes.get("/metrics", summary="Prometheus metrics")
+    @routes.get("/metrics", summary="Prometheus metrics (a key of a metrics tenant)", dependencies=KEY_SCHEMES)
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

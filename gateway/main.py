@@ -15,6 +15,7 @@ from types import FrameType
 import uvicorn
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from common.auth_keys import KeysFileError
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog
 from gateway.app import create_app, gateway_client
@@ -25,6 +26,7 @@ log = logging.getLogger("gateway")
 
 EXIT_CANNOT_BIND = ExitCode.CANNOT_BIND
 EXIT_DEPENDENCIES = ExitCode.DEPENDENCIES
+EXIT_BAD_KEYS_FILE = 5
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -80,13 +82,18 @@ class GracefulServer(uvicorn.Server):
 async def serve(settings: GatewaySettings, listener: socket.socket) -> int:
     client = gateway_client(settings)
     try:
+        app = create_app(settings, client=client)
+    except (OSError, KeysFileError) as exc:
+        log.error("gateway cannot start: API keys file unusable: %s", exc)
+        return EXIT_BAD_KEYS_FILE
+    try:
         await start_within(client, settings.startup_timeout_s)
     except Exception as exc:
         log.error("gateway cannot start: Kafka (%s) or Redis did not answer within %.0f s; last error: %s: %s",
                   settings.kafka_bootstrap, settings.startup_timeout_s, type(exc).__name__, exc)
         return EXIT_DEPENDENCIES
     # uvicorn drains connections for part of the grace period; the app's shutdown gets the rest.
-    config = uvicorn.Config(create_app(settings, client=client), log_level="warning",
+    config = uvicorn.Config(app, log_level="warning",
                             timeout_graceful_shutdown=max(int(settings.shutdown_grace_s / 2), 1))
     log.info("gateway listening on %s:%d", settings.host, settings.port)
     await GracefulServer(config, settings.shutdown_grace_s).serve(sockets=[listener])

@@ -1,8 +1,9 @@
 """Settings of the gateway process and of the Python client for services."""
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from common.settings import FleetSettings
 
@@ -19,6 +20,14 @@ class ClientSettings(FleetSettings):
                                         "reconnection attempts while Redis is away")
     log_every_s: float = Field(10.0, gt=0, description="Repeated errors about one dependency are logged once per "
                                "this interval, with a count")
+
+
+class TenantQuota(BaseModel):
+    """One tenant's own limits; a field left out takes the gateway-wide default."""
+
+    rps: float | None = Field(None, gt=0)
+    burst: int | None = Field(None, ge=1)
+    max_waits: int | None = Field(None, ge=1)
 
 
 class GatewaySettings(ClientSettings):
@@ -38,3 +47,25 @@ class GatewaySettings(ClientSettings):
     rule_fallback_enabled: bool = Field(True, description="Switch the rule-based answers off without removing them")
     rule_fallback_margin: float = Field(0.1, gt=0, lt=1, description="Answer from the rule when this fraction of "
                                         "the deadline is left and nothing is alive")
+    auth_required: bool = Field(True, description="Every route but /healthz and /readyz needs an API key. Only "
+                                "an explicit false turns this off (the gateway then warns at start, /readyz says so)")
+    auth_keys_file: Path | None = Field(None, description="Also accept the keys in this file: lines of "
+                                        "'<sha256 hex of the key> <tenant>'; re-read when it changes")
+    auth_cache_s: float = Field(0.5, ge=0, le=1.0, description="How long a key lookup is reused: a revoked key is "
+                                "refused within this")
+    auth_lookup_timeout_s: float = Field(2.0, gt=0, description="A key lookup Redis does not answer within this is "
+                                         "503 with Retry-After")
+    metrics_tenants: list[str] = Field(["metrics"], description="Tenants whose keys may read /metrics; their keys "
+                                       "may do nothing else")
+    tenant_rps: float = Field(200.0, gt=0, description="Requests per second per tenant (token bucket refill)")
+    tenant_burst: int = Field(400, ge=1, description="Requests a tenant may send at once above its rate")
+    tenant_max_waits: int = Field(500, ge=1, description="Requests of one tenant in flight at once (a sync infer "
+                                  "holds its place while it waits); more are 429")
+    tenant_quotas: dict[str, TenantQuota] = Field(default_factory=dict, description="Per-tenant overrides, e.g. "
+                                                  '{"acme": {"rps": 50, "max_waits": 20}}')
+
+    def quota_of(self, tenant: str) -> TenantQuota:
+        """The tenant's limits, its overrides over the defaults."""
+        own = self.tenant_quotas.get(tenant, TenantQuota())
+        return TenantQuota(rps=own.rps or self.tenant_rps, burst=own.burst or self.tenant_burst,
+                           max_waits=own.max_waits or self.tenant_max_waits)

@@ -38,6 +38,9 @@ def debug_key(model: str, tenant: str | None = None) -> str:
     """Redis key that switches debug tracing on for a model (or one tenant of it) until it expires."""
     return f"{TOPIC_PREFIX}:debug:{model}" + (f":tenant:{tenant}" if tenant else "")
 
+# Gateway API keys: field sha256(key) hex -> JSON {tenant, key_id, created_ms, revoked_ms}; never the key itself.
+API_KEYS_KEY = f"{TOPIC_PREFIX}:apikeys"
+
 WORKER_KEY_PREFIX = f"{TOPIC_PREFIX}:worker:"
 
 

@@ -1,7 +1,9 @@
 """`scripts/demo`, `fleet demo`: the fleet end to end on the local stack.
 
 Starts a gateway and two workers as real processes, sends requests three ways (HTTP sync
-infer, the Python client, a pipeline through a results topic) and prints what happened.
+infer, the Python client, a pipeline through a results topic) and prints what happened. The
+HTTP requests carry an API key of tenant `demo`, made as `fleet keys create` makes them and
+revoked when the demo ends; only its key id is printed.
 
 Every run sends the same seeded mix of support queries, each tagged with an id of this run.
 The exact cache keys on the input text, so no answer comes from a cache an earlier run filled:
@@ -29,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from redis.asyncio import Redis
 
+from common.auth_keys import create_key, revoke_key
 from fleet.arguments import command_parser
 from fleet.bench.stats import percentile
 from fleet.exits import Exit
@@ -40,6 +44,7 @@ from schemas.names import DEFAULT_RESULTS_TOPIC
 from schemas.wire import CacheTier, Result, Status, now_ms
 
 MODEL = "minilm-embed"
+DEMO_TENANT = "demo"
 SUBJECTS = ["my parcel", "order 4411", "my refund", "the invoice", "my password", "the subscription", "my card",
             "delivery to Berlin", "the warranty", "my account"]
 ASKS = ["where is {}?", "how do I cancel {}", "{} has not arrived", "can you help with {}", "I was charged twice for {}",
@@ -122,8 +127,9 @@ async def concurrently(report: PathReport, texts: list[str], concurrency: int,
     return report
 
 
-async def via_http(url: str, texts: list[str], concurrency: int) -> PathReport:
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=concurrency)) as http:
+async def via_http(url: str, key: str, texts: list[str], concurrency: int) -> PathReport:
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=concurrency),
+                                 headers={"Authorization": f"Bearer {key}"}) as http:
         async def infer(text: str) -> Result:
             response = await http.post(f"/v1/models/{MODEL}/infer", json={"text": text, "timeout_ms": 30000})
             if response.status_code != 200:
@@ -178,7 +184,17 @@ async def wait_for_gateway(url: str) -> None:
 async def send_all(settings: ClientSettings, url: str, texts: list[str], concurrency: int) -> list[PathReport]:
     third = len(texts) // 3
     print(f"sending {len(texts)} requests: {third} over HTTP, {third} with the Python client, the rest as a pipeline")
-    reports = [await via_http(url, texts[:third], concurrency)]
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        issued = await create_key(redis, DEMO_TENANT, now_ms=now_ms())
+        print(f"HTTP requests use API key {issued.record.key_id} of tenant {DEMO_TENANT} (`fleet keys create`); "
+              "revoked at the end")
+        try:
+            reports = [await via_http(url, issued.key, texts[:third], concurrency)]
+        finally:
+            await revoke_key(redis, issued.record.key_id, now_ms=now_ms())
+    finally:
+        await redis.aclose()
     async with FleetClient(settings) as client:
         reports.append(await via_client(client, texts[third:2 * third], concurrency))
         reports.append(await via_topic(client, texts[2 * third:]))

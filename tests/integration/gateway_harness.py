@@ -1,26 +1,30 @@
-"""Helpers for the gateway's tests: the app in-process over the real Kafka and Redis, a
-throwaway redis-server a test may kill and restart (never the shared one), and a stand-in
-worker that answers a request topic through a given Redis."""
+"""Helpers for the gateway's tests: the app in-process over the real Kafka and Redis, API keys
+made as `fleet keys create` makes them (or written to a keys file), a throwaway redis-server a
+test may kill and restart (never the shared one), and a stand-in worker that answers a request
+topic through a given Redis."""
 
 import asyncio
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer
 from redis.asyncio import Redis
 
+from common.auth_keys import create_key, key_digest, new_key
 from common.topics import ensure_topics, partitions_of
 from gateway.app import create_app
 from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
 from schemas.names import reply_stream, requests_topic
-from schemas.wire import Request, Result, Status
+from schemas.wire import Request, Result, Status, now_ms
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -31,13 +35,65 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+TEST_TENANT = "gw-tests"
+METRICS_TENANT = "metrics"
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def issue_key(redis_url: str, tenant: str) -> str:
+    """A key for `tenant` in that Redis, made by the function `fleet keys create` runs."""
+    redis = Redis.from_url(redis_url)
+    try:
+        return (await create_key(redis, tenant, now_ms=now_ms())).key
+    finally:
+        await redis.aclose()
+
+
+def cli_key(tenant: str, env: dict[str, str] | None = None) -> str:
+    """A key made by `fleet keys create --tenant <tenant>` itself, read from its stdout."""
+    made = subprocess.run([sys.executable, "-m", "fleet.cli", "keys", "create", "--tenant", tenant], env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    return made.stdout.strip()
+
+
+def write_keys_file(path: Path, *tenants: str) -> dict[str, str]:
+    """A keys file (`<sha256> <tenant>` lines) with a new key per tenant; returns tenant -> key."""
+    keys = {tenant: new_key()[0] for tenant in tenants}
+    path.write_text("# test keys\n" + "".join(f"{key_digest(key)} {tenant}\n" for tenant, key in keys.items()))
+    return keys
+
+
+class GatewayHttp(httpx.AsyncClient):
+    """httpx to the app, sending a tenant's key; `metrics()` scrapes with the metrics tenant's key."""
+
+    def __init__(self, metrics_key: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.metrics_key = metrics_key
+
+    async def metrics(self) -> str:
+        response = await self.get("/metrics", headers=bearer(self.metrics_key) if self.metrics_key else None)
+        assert response.status_code == 200, response.text
+        return response.text
+
+
 @asynccontextmanager
-async def in_process(settings: GatewaySettings, client: FleetClient | None = None) -> AsyncIterator[httpx.AsyncClient]:
-    """The gateway app with its lifespan run, reached through httpx without a socket."""
+async def in_process(settings: GatewaySettings, client: FleetClient | None = None, *, key: str | None = None,
+                     metrics_key: str | None = None) -> AsyncIterator[GatewayHttp]:
+    """The gateway app with its lifespan run, reached through httpx without a socket. With
+    authentication on, requests carry `key` (default: a new key of TEST_TENANT in the gateway's Redis)."""
     app = create_app(settings, client=client)
+    headers: dict[str, str] = {}
+    if settings.auth_required:
+        key = key or await issue_key(settings.redis_url, TEST_TENANT)
+        metrics_key = metrics_key or await issue_key(settings.redis_url, METRICS_TENANT)
+        headers = bearer(key)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=30) as http:
+        async with GatewayHttp(metrics_key, transport=transport, base_url="http://gateway", timeout=30,
+                               headers=headers) as http:
             yield http
 
 
@@ -100,7 +156,7 @@ async def echo_worker(bootstrap: str, model: str, redis: Redis) -> AsyncIterator
                 for record in records:
                     request = Request.decode(record.value or b"")
                     result = Result(id=request.id, model=model, status=Status.ok, outputs={"echo": request.text},
-                                    timings={"inference_ms": 0.01}, worker="echo")
+                                    timings={"inference_ms": 0.01}, worker="echo", tenant=request.tenant)
                     for _ in range(3):  # a connection broken by a restart fails once, then reconnects
                         try:
                             await redis.xadd(reply_stream(request.reply.redis or ""),

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from gateway.settings import GatewaySettings
-from tests.integration.gateway_harness import in_process
+from tests.integration.gateway_harness import TEST_TENANT, in_process
 
 MODEL = "gw-hardening-input"  # accepted by the gateway, served by no worker
 SUBMIT = f"/v1/models/{MODEL}/requests"
@@ -102,7 +102,7 @@ async def test_bodies_that_are_not_utf8_json_are_400_or_415(http: httpx.AsyncCli
 
 async def test_legal_input_at_the_bounds_is_accepted(http: httpx.AsyncClient) -> None:
     payload = {"text": "hi", "results_topic": "fleet.results", "params": {"max": 2**63 - 1, "deep": nested(7)},
-               "timeout_ms": 60_000, "tenant": "acme", "version": "gw-hardening-20260101-001"}
+               "timeout_ms": 60_000, "tenant": TEST_TENANT, "version": "gw-hardening-20260101-001"}
     response = await http.post(SUBMIT, json=payload)
     assert response.status_code == 202, response.text
     assert len(response.json()["id"]) == 32

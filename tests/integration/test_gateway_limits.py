@@ -27,7 +27,7 @@ async def test_requests_beyond_the_in_flight_cap_are_429(stack) -> None:  # type
         refused = await http.post(f"/v1/models/{MODEL}/infer", json={"text": "one too many"})
         lookup = await http.get(f"/v1/results/{'ab' * 16}")
         health = await http.get("/healthz")  # not capped: probes must get through
-        metrics = (await http.get("/metrics")).text
+        metrics = await http.metrics()
         answered = await asyncio.gather(*waits)
         after = await http.get(f"/v1/results/{'ab' * 16}")
     assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
@@ -81,7 +81,7 @@ async def test_an_unexpected_exception_is_a_logged_503_never_a_bare_500(stack, c
     client = gateway_client(settings)
     async with in_process(settings, Broken(client)) as http:  # type: ignore[arg-type]
         response = await http.get(f"/v1/results/{'ab' * 16}")
-        metrics = (await http.get("/metrics")).text
+        metrics = await http.metrics()
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
     body = response.json()
     assert body["detail"] == "internal error, retry" and len(body["error_id"]) == 16

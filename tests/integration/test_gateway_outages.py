@@ -15,7 +15,8 @@ from common.settings import FleetSettings
 from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
 from schemas.wire import Result, Status
-from tests.integration.gateway_harness import ThrowawayRedis, echo_worker, hung_broker, in_process
+from tests.integration.gateway_harness import (METRICS_TENANT, TEST_TENANT, ThrowawayRedis, echo_worker, hung_broker,
+                                               in_process, write_keys_file)
 
 DEAD_REDIS = "redis://127.0.0.1:1/0"
 DEAD_KAFKA = "127.0.0.1:1"
@@ -38,9 +39,17 @@ async def until_not_ready(http: httpx.AsyncClient) -> None:
     raise AssertionError("/readyz still says ready")
 
 
-async def test_redis_down_lookups_and_infer_are_503_submits_still_route(stack: FleetSettings) -> None:
-    settings = GatewaySettings(models=["gw-hardening-noredis"], redis_url=DEAD_REDIS)
-    async with in_process(settings) as http:
+def keys_in_file(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """Keys a gateway checks without Redis: the mounted keys file."""
+    path = tmp_path / "keys.txt"
+    keys = write_keys_file(path, TEST_TENANT, METRICS_TENANT)
+    return path, {"key": keys[TEST_TENANT], "metrics_key": keys[METRICS_TENANT]}
+
+
+async def test_redis_down_lookups_and_infer_are_503_submits_still_route(stack: FleetSettings, tmp_path: Path) -> None:
+    keys_file, keys = keys_in_file(tmp_path)
+    settings = GatewaySettings(models=["gw-hardening-noredis"], redis_url=DEAD_REDIS, auth_keys_file=keys_file)
+    async with in_process(settings, **keys) as http:
         await until_not_ready(http)
         assert_unavailable(await http.get(f"/v1/results/{SOME_ID}"), "redis")
         assert_unavailable(await http.post("/v1/models/gw-hardening-noredis/infer", json={"text": "hi"}), "redis")
@@ -48,7 +57,7 @@ async def test_redis_down_lookups_and_infer_are_503_submits_still_route(stack: F
         accepted = await http.post("/v1/models/gw-hardening-noredis/requests", json={"text": "hi"})
         assert accepted.status_code == 202, accepted.text
         ready = await http.get("/readyz")
-        metrics = (await http.get("/metrics")).text
+        metrics = await http.metrics()
     assert ready.status_code == 503
     assert ready.json()["checks"]["reply_reader"] is False and "Error" in ready.json()["reasons"]["reply_reader"]
     assert 'fleet_gateway_unavailable_total{dependency="redis"} 2.0' in metrics
@@ -104,11 +113,13 @@ async def _infer_ok(http: httpx.AsyncClient) -> bool:
 async def test_reply_reader_recovers_when_redis_returns(stack: FleetSettings, tmp_path: Path) -> None:
     redis_server = ThrowawayRedis(tmp_path)
     redis_server.start()
-    settings = GatewaySettings(models=[RECOVERY_MODEL], redis_url=redis_server.url)
+    # Keys from a file: the throwaway Redis keeps nothing across its restart.
+    keys_file, keys = keys_in_file(tmp_path)
+    settings = GatewaySettings(models=[RECOVERY_MODEL], redis_url=redis_server.url, auth_keys_file=keys_file)
     replies = Redis.from_url(redis_server.url, socket_connect_timeout=1, socket_timeout=2)
     client = FleetClient(settings)
     try:
-        async with in_process(settings, client) as http, echo_worker(stack.kafka_bootstrap, RECOVERY_MODEL, replies):
+        async with in_process(settings, client, **keys) as http, echo_worker(stack.kafka_bootstrap, RECOVERY_MODEL, replies):
             assert await _infer_ok(http)
             waiting = client.waiter.expect(SOME_ID)  # a wait registered before the outage
             redis_server.stop()

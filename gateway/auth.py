@@ -1,0 +1,205 @@
+"""Who is calling: the API key a request presents, resolved to its tenant before anything else runs.
+
+Every path but /healthz and /readyz needs a key, as `Authorization: Bearer <key>` or
+`X-API-Key: <key>`. Missing, unknown or revoked: 401 with `WWW-Authenticate: Bearer`, the
+same answer for each, so a caller learns nothing about keys it does not hold. A key lookup
+Redis cannot answer is 503 with Retry-After: an unverified caller is never let in.
+/metrics takes only keys of the tenants in `metrics_tenants`, and those keys take nothing else.
+
+Lookups are reused for at most `auth_cache_s` (0.5 s): a revoked key is refused within it.
+The key itself is hashed at once and never logged, stored or echoed.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import HTTPException, Request
+from prometheus_client import Counter
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
+from common.logs import LogThrottle
+from gateway.errors import FleetUnavailable
+from gateway.limits import send_json
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+METRICS_PATH = "/metrics"
+MAX_KEY_CHARS = 256
+MAX_CACHED = 10_000
+# Redis lookups at once: a flood of new keys must not take every connection of the client's pool
+# (100), which the reply reader and result lookups share.
+MAX_CONCURRENT_LOOKUPS = 16
+CHALLENGE = [(b"www-authenticate", b"Bearer")]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated tenant of a request; both None only while authentication is switched off."""
+
+    tenant: str | None
+    key_id: str | None
+
+
+ANONYMOUS = Caller(tenant=None, key_id=None)
+
+
+def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The key in `Authorization: Bearer` (preferred) or `X-API-Key`, or None."""
+    found: dict[bytes, str] = {}
+    for name, value in headers:
+        if name in (b"authorization", b"x-api-key"):
+            found.setdefault(name, value.decode("latin-1").strip())
+    scheme, _, token = found.get(b"authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return found.get(b"x-api-key") or None
+
+
+class KeysFile:
+    """The mounted keys file, re-read when its modification time changes (checked at most every `every_s`).
+    A file that cannot be read lets no one in by it until it is fixed."""
+
+    def __init__(self, path: Path, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._every_s = every_s
+        self._clock = clock
+        self._throttle = LogThrottle(log, 10.0)
+        self._mtime_ns = path.stat().st_mtime_ns
+        self._keys = read_keys_file(path)  # at start an unreadable file is an error the process reports
+        self._checked = clock()
+
+    def get(self, digest: str) -> KeyRecord | None:
+        now = self._clock()
+        if now - self._checked >= self._every_s:
+            self._checked = now
+            self._reload()
+        return self._keys.get(digest)
+
+    def _reload(self) -> None:
+        try:
+            mtime_ns = self.path.stat().st_mtime_ns
+            if mtime_ns != self._mtime_ns:
+                self._keys, self._mtime_ns = read_keys_file(self.path), mtime_ns
+        except (OSError, KeysFileError) as exc:
+            self._keys, self._mtime_ns = {}, -1
+            self._throttle.log(logging.ERROR, "keys-file", "API keys file unusable, its keys are refused: %s", exc)
+
+
+class KeyDirectory:
+    """Key digest -> record, from the keys file first, then Redis; answers reused for `cache_s`."""
+
+    def __init__(self, redis: Callable[[], Redis], *, cache_s: float, lookup_timeout_s: float,
+                 keys_file: Path | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._redis = redis
+        self._cache_s = cache_s
+        self._timeout_s = lookup_timeout_s
+        self._clock = clock
+        self._file = KeysFile(keys_file, cache_s, clock) if keys_file is not None else None
+        self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._flights: dict[str, asyncio.Future[KeyRecord | None]] = {}
+        self._lookups = asyncio.Semaphore(MAX_CONCURRENT_LOOKUPS)
+
+    async def lookup(self, key: str) -> KeyRecord | None:
+        """The key's record (revoked ones included), None for an unknown key; FleetUnavailable
+        when Redis does not answer in time."""
+        digest = key_digest(key)
+        if self._file is not None and (record := self._file.get(digest)) is not None:
+            return record
+        cached = self._cache.get(digest)
+        if cached is not None and cached[0] > self._clock():
+            return cached[1]
+        # Requests arriving together with the same key share one Redis lookup.
+        flight = self._flights.get(digest)
+        if flight is None:
+            flight = self._flights[digest] = asyncio.ensure_future(self._query(digest))
+            flight.add_done_callback(lambda done: self._landed(digest, done))
+        return await asyncio.shield(flight)
+
+    async def _query(self, digest: str) -> KeyRecord | None:
+        started = self._clock()
+        try:
+            async with asyncio.timeout(self._timeout_s), self._lookups:
+                record = await find_key(self._redis(), digest)
+        except (RedisError, OSError, TimeoutError) as exc:
+            # Only the error's kind: its text could carry the command, and with it the digest.
+            raise FleetUnavailable("redis", f"API key lookup failed ({type(exc).__name__})") from None
+        self._remember(digest, record, started)
+        return record
+
+    def _landed(self, digest: str, flight: "asyncio.Future[KeyRecord | None]") -> None:
+        self._flights.pop(digest, None)
+        if not flight.cancelled():
+            flight.exception()  # retrieved here, so one no request awaited any more is not reported as lost
+
+    def _remember(self, digest: str, record: KeyRecord | None, now: float) -> None:
+        if self._cache_s <= 0:
+            return
+        if len(self._cache) >= MAX_CACHED:
+            self._cache = {d: entry for d, entry in self._cache.items() if entry[0] > now}
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+        self._cache[digest] = (now + self._cache_s, record)
+
+
+class Authenticate:
+    """ASGI middleware: sets the request's `Caller` (scope state "caller") or answers 401/403/503."""
+
+    def __init__(self, app: ASGIApp, directory: KeyDirectory | None, *, metrics_tenants: frozenset[str],
+                 failures: Counter, unavailable: Counter, retry_after_s: int) -> None:
+        self.app = app
+        self.directory = directory
+        self.metrics_tenants = metrics_tenants
+        self.failures = failures
+        self.unavailable = unavailable
+        self.retry_after = str(retry_after_s).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        caller = ANONYMOUS if self.directory is None else await self._identify(scope, send)
+        if caller is not None:
+            scope.setdefault("state", {})["caller"] = caller
+            await self.app(scope, receive, send)
+
+    async def _identify(self, scope: Scope, send: Send) -> Caller | None:
+        """The caller, or None once a refusal has been sent."""
+        assert self.directory is not None
+        key = presented_key(scope["headers"])
+        if key is None or len(key) > MAX_KEY_CHARS:
+            return await self._refuse(send, 401, "missing", "an API key is required: 'Authorization: Bearer <key>' "
+                                      "or 'X-API-Key: <key>'")
+        try:
+            record = await self.directory.lookup(key)
+        except FleetUnavailable as exc:
+            self.unavailable.labels(dependency=exc.dependency).inc()
+            await send_json(send, 503, {"detail": str(exc), "dependency": exc.dependency},
+                            [(b"retry-after", self.retry_after)])
+            return None
+        if record is None or not record.active:
+            return await self._refuse(send, 401, "invalid", "unknown or revoked API key")
+        if (scope["path"] == METRICS_PATH) != (record.tenant in self.metrics_tenants):
+            detail = ("/metrics needs a key of a metrics tenant" if scope["path"] == METRICS_PATH
+                      else "this key may only read /metrics")
+            return await self._refuse(send, 403, "forbidden", detail)
+        return Caller(tenant=record.tenant, key_id=record.key_id)
+
+    async def _refuse(self, send: Send, status: int, reason: str, detail: str) -> None:
+        self.failures.labels(reason=reason).inc()
+        await send_json(send, status, {"detail": detail}, CHALLENGE if status == 401 else None)
+
+
+def caller_of(request: Request) -> Caller:
+    """The request's caller as `Authenticate` found it; a route it did not run for lets no one in."""
+    caller = getattr(request.state, "caller", None)
+    if not isinstance(caller, Caller):
+        raise HTTPException(401, "an API key is required", headers={"WWW-Authenticate": "Bearer"})
+    return caller
