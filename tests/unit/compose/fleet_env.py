@@ -13,7 +13,7 @@ import pytest
 from common.settings import ENV_PREFIX, FleetSettings
 from gateway.settings import GatewaySettings
 from workers.settings import Role, WorkerSettings
-from workers.shadow.engine import ShadowSettings
+from workers.shadow.settings import ShadowSettings
 
 
 def settings_class(command: Sequence[str], env: Mapping[str, str]) -> type[FleetSettings] | None:

@@ -28,6 +28,7 @@ from tests.unit.compose.fleet_env import settings_class, settings_from, unknown_
 from tests.unit.compose.k8s_objects import (K8S, Container, containers, find, kustomization, manifests, of_kind,
                                     pod_template, selects, workers)
 from workers.health.endpoints import LIVENESS_PATHS, READINESS_PATH
+from workers.runtime_settings import ModelMemberSettings
 from workers.settings import WorkerSettings
 
 # The oldest minor release whose schemas the manifests must pass: autoscaling/v2 and policy/v1
@@ -127,9 +128,9 @@ def test_fleet_env_names_are_settings_of_the_process_and_parse(container: Contai
 @pytest.mark.parametrize("worker", workers(), ids=[c.id for c in workers()])
 def test_worker_probes_hit_the_worker_health_endpoints(worker: Container, monkeypatch: pytest.MonkeyPatch) -> None:
     cls = settings_class(worker.command, worker.env)
-    assert cls is not None and issubclass(cls, WorkerSettings)
+    assert cls is not None and issubclass(cls, ModelMemberSettings), "a worker or a shadow"
     settings = settings_from(cls, worker.env, monkeypatch)
-    assert isinstance(settings, WorkerSettings)
+    assert isinstance(settings, ModelMemberSettings)
     assert settings.metrics_port is not None and settings.metrics_host == "0.0.0.0", "reachable by the kubelet"
     ready, live = worker.spec["readinessProbe"]["httpGet"], worker.spec["livenessProbe"]["httpGet"]
     assert ready["path"] == READINESS_PATH and live["path"] in LIVENESS_PATHS

@@ -27,7 +27,7 @@ from models.loading import ModelLoader
 from workers.settings import WorkerSettings
 from workers.shadow.worker import ShadowWorker
 from workers.shadow.compare import sampled
-from workers.shadow.engine import ShadowSettings
+from workers.shadow.settings import ShadowSettings
 from workers.shadow.replay import ReplayWindow, ShadowReplay
 
 TEXTS = ["How do I reset my password?", "Where is my parcel?", "The invoice total looks wrong",
