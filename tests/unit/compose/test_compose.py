@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -106,3 +107,11 @@ def test_dockerfile_env_names_are_shared_settings_fields() -> None:
     names = set(re.findall(r"\b(FLEET_[A-Z0-9_]+)=", DOCKERFILE.read_text()))
     assert names, "the Dockerfile sets the registry location"
     assert names <= env_names(FleetSettings)
+
+
+def test_the_image_copies_every_package_pyproject_installs() -> None:
+    # A package missing here installs fine and fails only when a process imports it in the container.
+    includes = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in includes}
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", DOCKERFILE.read_text(), flags=re.MULTILINE))
+    assert packages and packages <= copied, f"compose/Dockerfile does not COPY {sorted(packages - copied)}"
