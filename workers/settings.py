@@ -45,6 +45,8 @@ class WorkerSettings(ModelMemberSettings):
                                      "(entries), so a waiter that stopped reading cannot grow it without bound")
     redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "
                                        "debug traces, on top of e-mails, phone and card numbers")
+    debug_switch_refresh_s: float = Field(1.0, gt=0, description="How often the worker re-reads the `fleet debug` "
+                                          "switches (a switch turned off is obeyed within this)")
     static_membership: bool = Field(False, description="Join with group.instance.id = worker id, so a restart "
                                     "within the session timeout keeps its partitions without a rebalance")
     oom_clean_period_s: float = Field(30.0, gt=0, description="After an out-of-memory, the effective max batch "

@@ -8,7 +8,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from gateway.client import FleetClient
-from schemas.names import requests_topic, result_key
+from schemas.names import fallback_topic, requests_topic, result_key
 from schemas.wire import ReplyTo, Request, Result, Status
 from tests.integration.conftest import MODEL, Process
 from common.heartbeats import list_workers
@@ -59,6 +59,16 @@ async def test_device_failure_mid_load_loses_nothing_and_marks_late_answers_degr
                for r in found.values() if r.status is Status.degraded)
 
 
+async def routed_to(client: FleetClient, topic: str, timeout_s: float = 10.0) -> bool:
+    """Whether the client's router picks `topic` within `timeout_s`, re-reading the heartbeats each
+    time rather than waiting for its route cache to age."""
+    give_up = time.monotonic() + timeout_s
+    while (await client.router.route(MODEL, fresh=True)).topic != topic:
+        if time.monotonic() > give_up:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
 async def test_pipeline_keeps_producing_with_every_primary_down_then_a_primary_returns(
         client: FleetClient, serve, producer, worker_settings: WorkerSettings, redis: Redis) -> None:  # type: ignore[no-untyped-def]
     bound_s = 10.0
@@ -81,7 +91,7 @@ async def test_pipeline_keeps_producing_with_every_primary_down_then_a_primary_r
                     break
                 await asyncio.sleep(0.1)
             assert not watcher.active, "the fallback must hand the primary topic back"
-            await asyncio.sleep(1.1)  # the client's route cache
+            assert await routed_to(client, requests_topic(MODEL)), "the client routes to the returned primary"
             again = [client.build_request(MODEL, f"primary is back {i}", timeout=60, reply=ReplyTo()) for i in range(50)]
             for request in again:
                 await client.publish(request)
@@ -137,7 +147,7 @@ async def test_a_cuda_worker_without_a_gpu_reports_failed_and_fallback_serves(
         await asyncio.sleep(0.1)
     assert workers["no-gpu-primary"].state == "failed" and "cuda" in workers["no-gpu-primary"].reason
     async with serve(fallback_settings(worker_settings)):
-        await asyncio.sleep(1.1)  # the client's route cache sees the fallback
+        assert await routed_to(client, fallback_topic(MODEL)), "the client routes to the fallback"
         results = await asyncio.gather(*(client.infer(MODEL, f"no gpu here {i}", timeout=30) for i in range(20)))
     assert all(r.status is Status.degraded and r.worker == "cpu-fallback" for r in results)
     assert gpu.popen.poll() is None, "a failed worker stays up and says so; it does not crash"

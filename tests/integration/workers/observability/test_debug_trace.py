@@ -7,13 +7,16 @@ from gateway.client import FleetClient, RequestOptions
 from schemas.names import TRACE_TOPIC
 from schemas.wire import TraceRecord
 from tests.integration.conftest import MODEL, end_offsets, read_from
+from workers.settings import WorkerSettings
 
 SWITCH_S = 2.0
+SWITCH_REFRESH_S = 0.1
 
 
 async def test_debug_mode_records_redacted_requests_and_stops_by_itself(client: FleetClient, serve,  # type: ignore[no-untyped-def]
+                                                                        worker_settings: WorkerSettings,
                                                                         redis: Redis) -> None:
-    async with serve() as worker:
+    async with serve(worker_settings.model_copy(update={"debug_switch_refresh_s": SWITCH_REFRESH_S})) as worker:
         start = await end_offsets(client.settings.kafka_bootstrap, TRACE_TOPIC)
         await switch_on(redis, MODEL, SWITCH_S)
         traced = await client.infer(MODEL, "I am jane.doe@example.com, card 4111 1111 1111 1111", timeout=30)
@@ -24,7 +27,7 @@ async def test_debug_mode_records_redacted_requests_and_stops_by_itself(client: 
         assert worker.tracer.recorded >= 1
         while await remaining_s(redis, MODEL) is not None:  # the switch expires on its own
             await asyncio.sleep(0.1)
-        await asyncio.sleep(1.1)  # workers re-read switches once a second
+        await asyncio.sleep(2 * SWITCH_REFRESH_S)  # the worker re-reads the switches this often
         recorded_before = worker.tracer.recorded
         untraced = await client.infer(MODEL, "not recorded: bob@example.com", timeout=30)
         await asyncio.sleep(0.2)
