@@ -78,3 +78,9 @@ def test_every_command_and_subcommand_has_help(help_run: HelpRun, command: str) 
 def test_subcommands_are_found_where_a_command_has_them(help_run: HelpRun) -> None:
     paths = list(every_help(help_run, ["models"]))
     assert ["models", "set-stable"] in paths and ["models", "history"] in paths
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_names_itself_as_the_operator_types_it(help_run: HelpRun, command: str) -> None:
+    out, _ = help_run([command])
+    assert out.startswith(f"usage: fleet {command} "), out.splitlines()[0]
