@@ -42,7 +42,7 @@ class ModelRuntimeSettings(FleetSettings):
     device_memory_headroom: float = Field(0.15, ge=0, lt=1, description="Fraction of device memory kept free "
                                           "(seed §4.3: 10-20%); CUDA only")
     environment: str = Field("development", description="development | staging | production; production "
-                             "refuses every fault-injection setting")
+                             "refuses the simulated device and every fault-injection setting")
     sim_preset: str | None = Field(None, description=f"backend=sim: the simulated device, one of {sorted(PRESETS)}")
     sim_a_ms: float | None = Field(None, ge=0, description="backend=sim: ms per batch (replaces the preset's)")
     sim_b_ms: float | None = Field(None, ge=0, description="backend=sim: ms per row (replaces the preset's)")
