@@ -69,6 +69,14 @@ async def routed_to(client: FleetClient, topic: str, timeout_s: float = 10.0) ->
         await asyncio.sleep(0.05)
     return True
 
+async def listed_no_more(redis: Redis, worker: str, timeout_s: float = 10.0) -> bool:
+    give_up = time.monotonic() + timeout_s
+    while worker in {w.worker for w in await list_workers(redis, MODEL)}:
+        if time.monotonic() > give_up:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
 async def test_pipeline_keeps_producing_with_every_primary_down_then_a_primary_returns(
         client: FleetClient, serve, producer, worker_settings: WorkerSettings, redis: Redis) -> None:  # type: ignore[no-untyped-def]
     bound_s = 10.0
@@ -91,6 +99,8 @@ async def test_pipeline_keeps_producing_with_every_primary_down_then_a_primary_r
                     break
                 await asyncio.sleep(0.1)
             assert not watcher.active, "the fallback must hand the primary topic back"
+            assert await listed_no_more(redis, f"{fallback.worker_id}-takeover"), \
+                "the takeover finishes its batch, commits and stops (its heartbeat goes with it)"
             assert await routed_to(client, requests_topic(MODEL)), "the client routes to the returned primary"
             again = [client.build_request(MODEL, f"primary is back {i}", timeout=60, reply=ReplyTo()) for i in range(50)]
             for request in again:
