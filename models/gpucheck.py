@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from common.settings import FleetSettings
 from models.backends.errors import DeviceError, DeviceOutOfMemory
 from models.backends.onnx import OnnxEmbeddingBackend
 from models.backends.options import RuntimeOptions
@@ -71,12 +72,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
 
-    root = args.registry
-    if root is None:
-        from common.settings import FleetSettings
+    registry = ModelRegistry(args.registry if args.registry is not None else FleetSettings().registry_dir)
+    manifest = _manifest_to_check(registry, args, say)
+    if manifest is None:
+        return 1
+    name = torch.cuda.get_device_name()
+    say(f"{manifest.id} on {name}; torch {torch.__version__} (CUDA {torch.version.cuda})")
+    figures: dict[str, object] = {"version": manifest.id, "gpu": name, "torch": torch.__version__,
+                                  "sentences": len(SERVING_SENTENCES)}
+    texts = list(SERVING_SENTENCES)
+    gpu, on_gpu, failures = _accuracy(registry, manifest, texts, figures, say, args.min_cosine)
+    _time_a_batch(gpu, texts, figures, say)
+    if not args.skip_oom:
+        failures += _out_of_memory(gpu, on_gpu, texts, figures, say, args.min_cosine)
 
-        root = FleetSettings().registry_dir
-    registry = ModelRegistry(root)
+    figures["passed"] = not failures
+    figures["failures"] = failures
+    figures["total_s"] = round(time.monotonic() - started, 1)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    say("all GPU checks passed" if not failures else f"{len(failures)} GPU check(s) failed")
+    return 0 if not failures else 1
+
+
+def _manifest_to_check(registry: ModelRegistry, args: argparse.Namespace,
+                       say: Callable[[str], None]) -> ModelManifest | None:
+    """The version to check (built first with --build when there is none); None after printing why not."""
 
     def find() -> ModelManifest | None:
         if args.version is not None:
@@ -88,28 +111,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = find()
     except ModelNotFound as error:
         print(f"FAILED: {error}")
-        return 1
+        return None
     if manifest is None and args.build:
         from models.build.__main__ import main as build_models
 
-        say(f"no FP32 version with PyTorch artifacts in {root}: building")
-        if build_models(["--registry", str(root)]) != 0:
+        say(f"no FP32 version with PyTorch artifacts in {registry.root}: building")
+        if build_models(["--registry", str(registry.root)]) != 0:
             print("FAILED: model build")
-            return 1
+            return None
         manifest = find()
     if manifest is None:
-        print(f"FAILED: no FP32 version of {MODEL_NAME} with PyTorch artifacts in {root}; run scripts/build-models "
-              "(or pass --build)")
-        return 1
+        print(f"FAILED: no FP32 version of {MODEL_NAME} with PyTorch artifacts in {registry.root}; run "
+              "scripts/build-models (or pass --build)")
+    return manifest
 
-    name = torch.cuda.get_device_name()
-    say(f"{manifest.id} on {name}; torch {torch.__version__} (CUDA {torch.version.cuda})")
-    figures: dict[str, object] = {"version": manifest.id, "gpu": name, "torch": torch.__version__,
-                                  "sentences": len(SERVING_SENTENCES)}
+
+def _accuracy(registry: ModelRegistry, manifest: ModelManifest, texts: list[str], figures: dict[str, object],
+              say: Callable[[str], None], min_cosine: float,
+              ) -> tuple[TorchEmbeddingBackend, npt.NDArray[np.float32], list[str]]:
+    """CUDA FP16 against CPU FP32 (torch and ONNX Runtime) and against one row at a time: the
+    loaded GPU backend, its rows for `texts`, and the failures."""
     failures: list[str] = []
-    texts = list(SERVING_SENTENCES)
-
-    # 1. Accuracy.
     load_started = time.monotonic()
     gpu = TorchEmbeddingBackend.load(registry, manifest, RuntimeOptions(device="cuda", warmup=True))
     figures["cuda_load_s"] = round(time.monotonic() - load_started, 2)
@@ -125,13 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures[f"cosine_vs_{label}_mean"] = float(cosines.mean())
         worst = int(np.argmin(cosines))
         say(f"CUDA FP16 vs {label}: cosine min {cosines.min():.6f} (sentence {worst}), mean {cosines.mean():.6f}")
-        if cosines.min() < args.min_cosine:
-            failures.append(f"cosine vs {label} {cosines.min():.6f} < {args.min_cosine} on {texts[worst][:60]!r}")
+        if cosines.min() < min_cosine:
+            failures.append(f"cosine vs {label} {cosines.min():.6f} < {min_cosine} on {texts[worst][:60]!r}")
     norms = np.linalg.norm(on_gpu, axis=1)
     figures["norm_max_abs_error"] = float(np.abs(norms - 1.0).max())
+    return gpu, on_gpu, failures
 
-    batch = (texts * 2)[:32]
-    encoded = gpu.encode(batch)
+
+def _time_a_batch(gpu: TorchEmbeddingBackend, texts: list[str], figures: dict[str, object],
+                  say: Callable[[str], None]) -> None:
+    encoded = gpu.encode((texts * 2)[:32])
     timings = []
     for _ in range(20):
         run_started = time.perf_counter()
@@ -139,20 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         timings.append(time.perf_counter() - run_started)
     figures["cuda_batch32_run_ms_median"] = round(1000 * float(np.median(timings)), 3)
     say(f"CUDA FP16 run of a 32-row mixed batch: median {figures['cuda_batch32_run_ms_median']} ms")
-
-    # 2. A real CUDA out of memory.
-    if not args.skip_oom:
-        failures += _out_of_memory(gpu, on_gpu, texts, figures, say, args.min_cosine)
-
-    figures["passed"] = not failures
-    figures["failures"] = failures
-    figures["total_s"] = round(time.monotonic() - started, 1)
-    if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    for failure in failures:
-        print(f"FAILED: {failure}")
-    say("all GPU checks passed" if not failures else f"{len(failures)} GPU check(s) failed")
-    return 0 if not failures else 1
 
 
 def _out_of_memory(gpu: TorchEmbeddingBackend, before: npt.NDArray[np.float32], texts: list[str],

@@ -94,4 +94,5 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
                         ensure_topic=lambda topic: ensure_topics(settings.kafka_bootstrap, [topic], settings.partitions)),
         patience=patience,
         stats=VersionStatsRecorder(redis, settings.model),
-        tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns)))
+        tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns),
+                           refresh_s=settings.debug_switch_refresh_s))

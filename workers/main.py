@@ -10,7 +10,8 @@ from workers.health.endpoints import health_endpoints
 from workers.health.probes import WorkerProbes
 from workers.worker import Worker
 from workers.settings import Role, WorkerSettings
-from workers.shadow.worker import ShadowSettings, serve_shadow
+from workers.shadow.settings import ShadowSettings
+from workers.shadow.worker import serve_shadow
 from workers.fallback import PrimaryTakeover
 
 

@@ -31,7 +31,7 @@ from versions.pointers import read_pointers
 from schemas.shadow import Comparison
 from schemas.wire import WireError
 from workers.shadow.worker import serve_shadow
-from workers.shadow.engine import ShadowSettings
+from workers.shadow.settings import ShadowSettings
 from versions.stats import ShadowSnapshot, read_shadow
 from workers.shadow.replay import ReplayWindow, ShadowReplay, parse_duration, parse_time
 

@@ -151,7 +151,7 @@ def status(settings: StackSettings, echo: Echo = print) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fleet.stack", description="The local stack: Kafka (KRaft) and Redis."
+        prog="fleet stack", description="The local stack: Kafka (KRaft) and Redis."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="start Kafka and Redis (idempotent) and wait until they answer")

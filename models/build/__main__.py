@@ -44,7 +44,7 @@ from models.registry import (
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m models.build",
+        prog="fleet build-models",
         description=f"Build, check and register the {MODEL_NAME} and {FAQ_MODEL_NAME} FP32 and INT8 ONNX versions.",
     )
     parser.add_argument(

@@ -27,11 +27,9 @@ from models.backends.base import Backend
 from models.loading import ModelLoader
 from workers.worker import Worker
 from workers.settings import WorkerSettings
+from tests.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).parents[2]
 MODEL = "minilm-embed"
-
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram
-from pydantic import Field
 from redis.asyncio import Redis
 
 from schemas.names import comparisons_topic, result_key, shadow_stats_key
@@ -35,7 +34,8 @@ from models.backends.base import Backend
 from workers.compute.outputs import outputs_of
 from models.loading import ModelLoader
 from models.registry import ModelRegistry, RegistryError
-from workers.settings import Role, WorkerSettings
+from workers.runtime_settings import ModelRuntimeSettings
+from workers.shadow.settings import ShadowSettings
 from workers.shadow.compare import (Outputs, Side, StatsDelta, live_answer, live_timing, make_comparison,
                                     queue_increments, sampled)
 
@@ -48,28 +48,6 @@ COSINE_BUCKETS = (0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 0.9999, 1
 DELTA_MS_BUCKETS = (-500, -200, -100, -50, -20, -10, -5, -2, 0, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
-class ShadowSettings(WorkerSettings):
-    """A worker's settings plus the shadow's own (env FLEET_SHADOW_*)."""
-
-    role: Role = Role.shadow
-    shadow_sample: float = Field(1.0, ge=0, le=1, description="Fraction of requests compared, chosen by a "
-                                 "hash of the request id (the same id is always in or out)")
-    shadow_grace_ms: float = Field(2000.0, ge=0, description="How long after a request reached Kafka the shadow "
-                                   "waits for its live result before computing stable itself")
-    shadow_candidate: str | None = Field(None, description="Run this version instead of the `candidate` pointer")
-    shadow_agree_cosine: float = Field(0.99, ge=-1, le=1, description="Embeddings agree at this cosine or above")
-    shadow_pointer_poll_s: float = Field(1.0, gt=0, description="How often the version pointers are re-read")
-    shadow_group: str | None = Field(None, description="Consumer group; default <model>.shadow")
-    shadow_min_age_ms: float = Field(200.0, ge=0, description="Compare a request only once it is this old: the "
-                                     "live result is usually there by then, and the shadow's compute does not "
-                                     "land on the same moment as the live worker's")
-    shadow_nice: int = Field(10, ge=0, le=19, description="Lower the shadow process's CPU priority by this "
-                             "much (nice), so a shadow sharing a host with live workers only takes CPU they leave")
-    shadow_start: Literal["latest", "earliest"] = Field("latest", description="Where a group without committed "
-                                                        "offsets starts: latest (from now on) or earliest "
-                                                        "(the whole retention; use replay for the past)")
-
-
 def yield_cpu_to_live_workers(settings: ShadowSettings) -> None:
     """For a shadow process's entry point: on a shared host the live path keeps the CPU it needs."""
     if settings.shadow_nice > 0:
@@ -79,7 +57,7 @@ def yield_cpu_to_live_workers(settings: ShadowSettings) -> None:
 class BackendCache:
     """Loaded versions by id: stable stays resident for recomputing, a new candidate is loaded once."""
 
-    def __init__(self, settings: WorkerSettings, loader: BackendLoader | None = None) -> None:
+    def __init__(self, settings: ModelRuntimeSettings, loader: BackendLoader | None = None) -> None:
         self._loader = loader or ModelLoader(settings.runtime()).load_version
         self._loaded: dict[str, Backend] = {}
 

@@ -7,7 +7,8 @@ from redis.asyncio import Redis
 from common.clients import open_clients
 from schemas.names import comparisons_topic, requests_topic
 from workers.membership import KafkaMember
-from workers.shadow.engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics, ShadowSettings
+from workers.shadow.engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics
+from workers.shadow.settings import ShadowSettings
 
 
 class ShadowMember(KafkaMember):

@@ -22,7 +22,8 @@ from common.clients import kafka_options
 from common.topics import partitions_of
 from schemas.wire import now_ms
 from workers.shadow.member import ShadowMember
-from workers.shadow.engine import BackendLoader, ShadowMetrics, ShadowSettings
+from workers.shadow.engine import BackendLoader, ShadowMetrics
+from workers.shadow.settings import ShadowSettings
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

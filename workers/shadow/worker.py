@@ -36,9 +36,10 @@ from workers.health.endpoints import health_endpoints
 from workers.health.probes import ProcessProbes
 from workers.membership import group_consumer
 from workers.shadow.member import ShadowMember
-from workers.shadow.engine import BackendLoader, ShadowMetrics, ShadowSettings, yield_cpu_to_live_workers
+from workers.shadow.engine import BackendLoader, ShadowMetrics, yield_cpu_to_live_workers
+from workers.shadow.settings import ShadowSettings
 
-__all__ = ["ShadowSettings", "ShadowWorker", "serve_shadow"]
+__all__ = ["ShadowWorker", "serve_shadow"]
 
 log = logging.getLogger(__name__)
 POLL_MS = 200

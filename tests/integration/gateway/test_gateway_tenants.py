@@ -1,0 +1,99 @@
+"""Tenants at the gateway, against the real Kafka and Redis: a result is its tenant's alone, sync
+replies go to the tenant that asked, and one tenant's quota breach leaves the other untouched."""
+
+import asyncio
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from common.settings import FleetSettings
+from gateway.settings import GatewaySettings, TenantQuota
+from tests.integration.conftest import MODEL
+from tests.integration.gateway.gateway_harness import echo_worker, in_process, issue_key
+
+TENANT_A, TENANT_B = "tenant-a", "tenant-b"
+ECHO_MODEL = "gw-tenants-echo"
+IDLE_MODEL = "gw-tenants-idle"  # served by no worker: its waits last until their deadline
+UNKNOWN_ID = "ef" * 16
+
+
+def as_tenant(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+async def keys(stack: FleetSettings) -> dict[str, str]:
+    return {tenant: await issue_key(stack.redis_url, tenant) for tenant in (TENANT_A, TENANT_B)}
+
+
+async def test_a_result_is_readable_by_its_tenant_only(stack: FleetSettings, keys: dict[str, str], serve) -> None:  # type: ignore[no-untyped-def]
+    async with in_process(GatewaySettings(models=[MODEL]), key=keys[TENANT_A]) as http:
+        refused = await http.post(f"/v1/models/{MODEL}/requests", json={"text": "hi", "tenant": TENANT_B})
+        accepted = await http.post(f"/v1/models/{MODEL}/requests", json={"text": "whose is this?", "timeout_ms": 30000})
+        request_id = accepted.json()["id"]
+        not_yet = await http.get(f"/v1/results/{request_id}")  # as unknown as any id, for now
+        async with serve():
+            for _ in range(300):
+                if (owned := await http.get(f"/v1/results/{request_id}")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+        other = await http.get(f"/v1/results/{request_id}", headers=as_tenant(keys[TENANT_B]))
+        unknown = await http.get(f"/v1/results/{UNKNOWN_ID}", headers=as_tenant(keys[TENANT_B]))
+    assert refused.status_code == 422 and "tenant" in refused.text, "the body may not name another tenant"
+    assert owned.status_code == 200 and owned.json()["tenant"] == TENANT_A, owned.text
+    assert other.status_code == 404 == not_yet.status_code
+    assert other.content == not_yet.content, "another tenant's result reads exactly as an unknown id"
+    assert unknown.json()["detail"] == other.json()["detail"].replace(request_id, UNKNOWN_ID)
+    assert other.headers["content-type"] == unknown.headers["content-type"]
+
+
+async def test_sync_replies_go_only_to_the_tenant_that_asked(stack: FleetSettings, keys: dict[str, str],
+                                                             redis: Redis) -> None:
+    async with in_process(GatewaySettings(models=[ECHO_MODEL]), key=keys[TENANT_A]) as http, \
+            echo_worker(stack.kafka_bootstrap, ECHO_MODEL, redis):
+        async def ask(tenant: str, n: int) -> tuple[str, str, httpx.Response]:
+            text = f"{tenant} question {n}"
+            response = await http.post(f"/v1/models/{ECHO_MODEL}/infer", json={"text": text, "timeout_ms": 20000},
+                                       headers=as_tenant(keys[tenant]))
+            return tenant, text, response
+
+        answers = await asyncio.gather(*(ask(tenant, n) for n in range(60) for tenant in (TENANT_A, TENANT_B)))
+    for tenant, text, response in answers:
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["tenant"] == tenant and body["outputs"] == {"echo": text}, f"{tenant} got {body}"
+    assert len({r.json()["id"] for _, _, r in answers}) == len(answers)
+
+
+async def test_a_tenant_over_its_rate_gets_429_and_the_other_is_unaffected(stack: FleetSettings,
+                                                                          keys: dict[str, str]) -> None:
+    settings = GatewaySettings(models=[IDLE_MODEL], tenant_quotas={TENANT_A: TenantQuota(rps=0.5, burst=3)})
+    async with in_process(settings, key=keys[TENANT_A]) as http:
+        a_codes = [(await http.get(f"/v1/results/{UNKNOWN_ID}")) for _ in range(6)]
+        b_codes = [(await http.get(f"/v1/results/{UNKNOWN_ID}", headers=as_tenant(keys[TENANT_B]))).status_code
+                   for _ in range(6)]
+        metrics = await http.metrics()
+    assert [r.status_code for r in a_codes] == [404] * 3 + [429] * 3
+    assert all(int(r.headers["retry-after"]) >= 1 and r.json()["quota"] == "rate" for r in a_codes[3:])
+    assert b_codes == [404] * 6
+    assert f'fleet_gateway_quota_rejections_total{{kind="rate",tenant="{TENANT_A}"}} 3.0' in metrics
+    assert f'tenant="{TENANT_B}"' not in metrics
+
+
+async def test_a_tenant_at_its_waits_gets_429_and_the_other_still_waits(stack: FleetSettings,
+                                                                       keys: dict[str, str]) -> None:
+    settings = GatewaySettings(models=[IDLE_MODEL], tenant_max_waits=2, retry_after_s=2)
+    infer = f"/v1/models/{IDLE_MODEL}/infer"
+    async with in_process(settings, key=keys[TENANT_A]) as http:
+        waiting = [asyncio.create_task(http.post(infer, json={"text": f"a {i}", "timeout_ms": 1500})) for i in range(2)]
+        await asyncio.sleep(0.4)
+        refused = await http.post(infer, json={"text": "a one too many", "timeout_ms": 1500})
+        other = await http.post(infer, json={"text": "b", "timeout_ms": 500}, headers=as_tenant(keys[TENANT_B]))
+        answered = await asyncio.gather(*waiting)
+        after = await http.post(infer, json={"text": "a again", "timeout_ms": 300})
+        metrics = await http.metrics()
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "2" and refused.json()["quota"] == "waits"
+    assert other.status_code == 504, "tenant B waited its own deadline out, not refused"
+    assert [r.status_code for r in answered] == [504, 504] and after.status_code == 504
+    assert f'fleet_gateway_quota_rejections_total{{kind="waits",tenant="{TENANT_A}"}} 1.0' in metrics

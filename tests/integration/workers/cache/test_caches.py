@@ -1,0 +1,153 @@
+"""The exact and semantic caches in serving workers, against the real Kafka and Redis."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from common.settings import FleetSettings
+from gateway.client import FleetClient
+from schemas.names import semantic_cache_topic, versions_key
+from schemas.wire import CacheTier, ReplyTo, Status
+from tests.integration.conftest import MODEL
+from tests.integration.versions.test_versions import send_in_order, results_of, until
+from models.backends.base import Backend
+from models.loading import ModelLoader
+from workers.cache.exact import clear_model_cache, pack_outputs
+from workers.cache.semantic_log import SemanticEntry, SemanticLog
+from workers.cache.semantic import SemanticCache
+from workers.worker import Worker
+from models.registry import ModelRegistry
+from workers.settings import WorkerSettings
+
+FAQ = "faq-intent"
+SEEDS = ["How do I reset my password?", "Will I be charged if I cancel during the trial?",
+         "Can I cancel within 24 hours of ordering?"]
+PARAPHRASE = "How can I reset my password?"  # cosine 0.98 to the first seed (INT8 MiniLM)
+NEAR_MISSES = ["Will I not be charged if I cancel during the trial?",  # 0.985, negation
+               "Can I cancel within 48 hours of ordering?"]  # 0.972, number
+
+
+@pytest.fixture
+async def cleared(redis: Redis) -> AsyncIterator[None]:
+    """Start and end on a new cache generation: entries of other tests and runs are never read."""
+    for model in (MODEL, FAQ):
+        await clear_model_cache(redis, model, None)
+    yield
+    for model in (MODEL, FAQ):
+        await clear_model_cache(redis, model, None)
+    await redis.delete(versions_key(MODEL))
+
+
+def faq_settings(**overrides: object) -> WorkerSettings:
+    settings = WorkerSettings(model=FAQ, max_batch_size=32, max_queue_delay_ms=10, session_timeout_ms=6000,
+                              semantic_cache=True, exact_cache=False, semantic_verify_fraction=0.0,
+                              semantic_only_when_paying=False)  # look up every batch, paying or not
+    return settings.model_copy(update=overrides)
+
+
+class Serving:
+    def __init__(self, settings: WorkerSettings, backend: Backend | None = None) -> None:
+        self.worker = Worker(settings, backend=backend)
+
+    async def __aenter__(self) -> Worker:
+        await self.worker.start()
+        self._task = asyncio.create_task(self.worker.run())
+        return self.worker
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.worker.request_stop()
+        await self._task
+        await self.worker.stop()
+
+
+async def test_an_exact_hit_is_identical_shared_through_redis_and_missed_after_a_version_switch(
+        client: FleetClient, redis: Redis, cleared: None, worker_settings: WorkerSettings, backend: Backend) -> None:
+    settings = worker_settings.model_copy(update={"exact_cache": True, "pointer_poll_s": 0.05})
+    text = f"exact cache check {uuid.uuid4().hex}"
+    async with Serving(settings, backend) as worker:
+        computed = await client.infer(MODEL, text, timeout=30)
+        repeated = await client.infer(MODEL, text, timeout=30)
+    assert computed.cache is CacheTier.miss and repeated.cache is CacheTier.exact
+    assert repeated.outputs == computed.outputs and repeated.version == computed.version
+    assert worker.metrics.cache.hits.labels(model=MODEL, tier="local")._value.get() == 1
+
+    int8 = ModelRegistry(settings.registry_dir).resolve(MODEL, precision="int8").id
+    async with Serving(settings, backend) as second:  # a new process: its in-process tier is empty
+        from_redis = await client.infer(MODEL, text, timeout=30)
+        await redis.hset(versions_key(MODEL), mapping={"stable": int8})
+        await until(lambda: second.backend.manifest.id == int8)
+        after_switch = await client.infer(MODEL, text, timeout=30)
+    assert from_redis.cache is CacheTier.exact and from_redis.outputs == computed.outputs
+    assert second.metrics.cache.hits.labels(model=MODEL, tier="redis")._value.get() == 1
+    assert after_switch.cache is CacheTier.miss and after_switch.version == int8
+
+
+async def test_identical_inputs_in_one_batch_are_computed_once(client: FleetClient, cleared: None,
+                                                               worker_settings: WorkerSettings, backend: Backend) -> None:
+    settings = worker_settings.model_copy(update={"exact_cache": True})
+    text = f"the same question {uuid.uuid4().hex}"
+    async with Worker(settings, backend=backend) as worker:
+        await worker.run(burst=True)
+        before = worker.computed
+        requests = [client.build_request(MODEL, text, timeout=60, reply=ReplyTo()) for _ in range(10)]
+        await send_in_order(client, requests)
+        await worker.run(burst=True)
+        results = await results_of(client, requests)
+    assert all(r.status is Status.ok and r.outputs == results[0].outputs for r in results)
+    assert worker.computed - before == 1
+    assert worker.metrics.cache.dedupe.labels(model=MODEL)._value.get() == 9
+
+
+async def test_a_paraphrase_hits_a_negation_or_number_change_does_not(client: FleetClient, cleared: None) -> None:
+    async with Serving(faq_settings()):
+        seeded = [await client.infer(FAQ, text, timeout=30) for text in SEEDS]
+        paraphrase = await client.infer(FAQ, PARAPHRASE, timeout=30)
+        near_misses = [await client.infer(FAQ, text, timeout=30) for text in NEAR_MISSES]
+    assert all(r.cache is CacheTier.miss for r in seeded)
+    assert paraphrase.cache is CacheTier.semantic
+    assert paraphrase.similarity is not None and paraphrase.similarity >= 0.9
+    assert paraphrase.outputs is not None and seeded[0].outputs is not None
+    assert paraphrase.outputs["label"] == seeded[0].outputs["label"] == "reset_password"
+    assert [r.cache for r in near_misses] == [CacheTier.miss, CacheTier.miss]
+
+
+async def test_a_worker_started_later_serves_entries_another_one_published(client: FleetClient, cleared: None) -> None:
+    async with Serving(faq_settings()):
+        await client.infer(FAQ, SEEDS[0], timeout=30)
+    async with Serving(faq_settings()) as later:
+        paraphrase = await client.infer(FAQ, PARAPHRASE, timeout=30)
+    assert paraphrase.cache is CacheTier.semantic
+    assert paraphrase.worker == later.worker_id
+
+
+async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redis: Redis, stack: FleetSettings,
+                                                      cleared: None) -> None:
+    settings = faq_settings(semantic_verify_fraction=1.0, semantic_min_verifications=3)
+    version = ModelRegistry(settings.registry_dir).resolve(FAQ, precision=settings.precision).id
+    encoder = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8").runtime()).load()
+    generation = int(await redis.get(f"fleet:cachegen:{FAQ}") or 0)
+    # A wrong answer in the shared log, as a bad entry or a drifted model would leave it.
+    wrong = SemanticEntry(SEEDS[0], encoder.infer([SEEDS[0]])[0], pack_outputs({"label": "delete_account"}),
+                          generation)
+    poisoned = SemanticCache(encoder.manifest.embedding_dim)
+    async with SemanticLog(poisoned, bootstrap=stack.kafka_bootstrap, topic=semantic_cache_topic(FAQ, version),
+                           producer=client.producer) as log:
+        await log.publish([wrong])
+    async with Serving(settings) as worker:
+        answers = [await client.infer(FAQ, PARAPHRASE, timeout=30) for _ in range(4)]
+        assert worker.caches.semantic is not None
+        cache = worker.caches.semantic.cache_of(version)
+    assert all(a.outputs is not None and a.outputs["label"] == "reset_password" for a in answers), \
+        "a verified hit must answer with what the model computed"
+    assert cache is not None and cache.false_hit_rate > settings.semantic_false_hit_budget
+    assert cache.threshold > settings.semantic_threshold or not cache.enabled
+    assert worker.metrics.cache.semantic_threshold.labels(model=FAQ, version=version)._value.get() == cache.threshold
+
+
+async def test_an_embedding_model_never_gets_a_semantic_cache(worker_settings: WorkerSettings,
+                                                              backend: Backend) -> None:
+    async with Worker(worker_settings.model_copy(update={"semantic_cache": True}), backend=backend) as worker:
+        assert worker.caches.semantic is None

@@ -1,0 +1,105 @@
+"""The semantic cache's guards: texts that differ in a number, negation, opposite or entity
+never share an answer; paraphrases without such a difference pass."""
+
+import json
+
+import pytest
+
+from tests.paths import REPO_ROOT
+from workers.cache.guards import meaning_conflict
+
+PAIRS = REPO_ROOT / "workers" / "cache" / "data" / "semantic_pairs.json"
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("Can I schedule a delivery for 7 am?", "Can I schedule a delivery for 7 pm?", "numbers"),
+    ("Set a reminder at 7:30 a.m.", "Set a reminder at 7:30 p.m.", "numbers"),
+    ("I was charged 100 dollars", "I was charged 1000 dollars", "numbers"),
+    ("I was charged $1,000", "I was charged $100", "numbers"),
+    ("Can I return it after three days?", "Can I return it after thirty days?", "numbers"),
+    ("My order was due on March 3", "My order was due on March 13", "numbers"),
+    ("Where is order #48213?", "Where is order #48231?", "numbers"),
+])
+def test_different_numbers_conflict(a: str, b: str, reason: str) -> None:
+    found = meaning_conflict(a, b)
+    assert found is not None and found.startswith(reason)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Can I change my order?", "Can't I change my order?"),
+    ("Can I change my order?", "Can’t I change my order?"),  # typographic apostrophe
+    ("My refund has arrived", "My refund has not arrived"),
+    ("I received the package", "I never received the package"),
+    ("Can I order with an account?", "Can I order without an account?"),
+    ("I can update my card", "I'm unable to update my card"),
+    ("The promo code works", "the promo code dont work"),
+])
+def test_negation_in_one_text_conflicts(a: str, b: str) -> None:
+    assert meaning_conflict(a, b) == "negation in one text only"
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("How do I enable 2FA?", "How do I disable 2FA?"),
+    ("How do I turn on two-factor authentication?", "How do I turn off 2FA?"),
+    ("How do I add a payment method?", "How do I remove a payment method?"),
+    ("Can I increase my limit?", "Can I decrease my limit?"),
+    ("How do I cancel my subscription?", "How do I renew my subscription?"),
+    ("How do I upgrade my plan?", "How do I downgrade my plan?"),
+    ("How do I log in?", "How do I log out?"),
+    ("Can I change my order before it ships?", "Can I change my order after it ships?"),
+    ("How do I open a ticket?", "How do I close a ticket?"),
+])
+def test_opposites_conflict(a: str, b: str) -> None:
+    found = meaning_conflict(a, b)
+    assert found is not None and found.startswith("opposites")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Do you ship to Canada?", "Do you ship to Mexico?"),
+    ("Can I pay with PayPal?", "Can I pay with Venmo?"),
+    ("The app crashes on my iPhone", "The app crashes on my Android phone"),
+    ("Send the invoice to anna@example.com", "Send the invoice to ben@example.com"),
+    ("Where is order A1043?", "Where is order B1043?"),
+    ("Can I pay in euros?", "Can I pay in dollars?"),
+    ("do you ship to germany", "do you ship to france"),  # lower case: caught by the country list
+    ("How do I change my username?", "How do I change my password?"),
+])
+def test_different_entities_conflict(a: str, b: str) -> None:
+    assert meaning_conflict(a, b) is not None
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("How do I reset my password?", "how can i reset my password"),
+    ("HOW DO I RESET MY PASSWORD", "How do I reset my password?"),
+    ("How do I turn on 2FA?", "How do I enable two-factor authentication?"),
+    ("I was charged twice", "I was double charged"),
+    ("Can I return it after 30 days?", "Can I return it after thirty days?"),
+    ("I paid $25", "I paid twenty-five dollars"),
+    ("Deliveries start at 7 am", "Deliveries start at 7:00 a.m."),
+    ("I can't log in", "I cannot log in to my account"),
+    ("How do I change my email address?", "How can I update the email on my account?"),
+    ("Can I pay with PayPal?", "Do you accept PayPal?"),
+    ("Ship to Germany?", "Do you deliver to Germany"),
+])
+def test_paraphrases_without_critical_differences_pass(a: str, b: str) -> None:
+    assert meaning_conflict(a, b) is None
+
+
+def test_a_lone_one_is_a_pronoun_not_a_number() -> None:
+    assert meaning_conflict("Switch me to the cheaper one", "Switch me to the cheaper plan") is None
+    assert meaning_conflict("I need one hundred units", "I need 100 units") is None
+
+
+def test_the_guard_is_symmetric_on_the_evaluation_set() -> None:
+    data = json.loads(PAIRS.read_text(encoding="utf-8"))
+    for pair in data["paraphrases"] + data["near_misses"]:
+        assert (meaning_conflict(pair["a"], pair["b"]) is None) == (meaning_conflict(pair["b"], pair["a"]) is None), pair
+
+
+def test_the_evaluation_set_is_large_enough_and_tagged() -> None:
+    data = json.loads(PAIRS.read_text(encoding="utf-8"))
+    assert len(data["paraphrases"]) >= 120 and len(data["near_misses"]) >= 120
+    kinds = {pair["kind"] for pair in data["near_misses"]}
+    assert kinds == {"number", "negation", "opposite", "entity"}
+    flagged = sum(meaning_conflict(p["a"], p["b"]) is not None for p in data["near_misses"] if p["split"] == "dev")
+    assert flagged / sum(p["split"] == "dev" for p in data["near_misses"]) >= 0.95
