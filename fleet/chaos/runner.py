@@ -21,6 +21,9 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from redis.asyncio import Redis
+
+from common.auth_keys import create_key
 
 from fleet.chaos.ledger import Ledger, merge_answers, rate, throughput_back_after
 from fleet.chaos.load import SteadyLoad
@@ -33,6 +36,7 @@ from fleet.chaos.scenarios import Run, Scenario, Sizes
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
+from schemas.wire import now_ms
 
 Echo = Callable[[str], None]
 PARTITIONS = 4
@@ -124,11 +128,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def api_key(options: Options, env: dict[str, str]) -> str | None:
-    """The key the load presents: given, or made by the hook (e.g. `fleet keys create chaos`) against
-    the chaos stack; None runs without one (a gateway without auth)."""
-    if options.api_key or not options.api_key_command:
+async def api_key(options: Options, env: dict[str, str], redis_url: str) -> str:
+    """The key the load presents: given, made by the hook (e.g. `fleet keys create --tenant chaos`)
+    against the chaos stack, or else issued here on the chaos stack for tenant `chaos`."""
+    if options.api_key:
         return options.api_key
+    if not options.api_key_command:
+        redis = Redis.from_url(redis_url)
+        try:
+            return (await create_key(redis, "chaos", now_ms=now_ms())).key
+        finally:
+            await redis.aclose()
     made = subprocess.run(options.api_key_command, shell=True, env=env, capture_output=True, text=True, check=True,
                           timeout=60)
     return made.stdout.strip().splitlines()[-1]
@@ -144,7 +154,7 @@ async def fleet_under_test(stack: ChaosStack, options: Options, fleet: Fleet, ec
               options.results_topic]
     await create_topics(stack.bootstrap, topics, replication)
     echo(f"[setup] topics {', '.join(topics)}: {PARTITIONS} partitions, replication factor {replication}")
-    key = api_key(options, stack.env())
+    key = await api_key(options, stack.env(), stack.redis_url)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     echo(f"[setup] starting {len(fleet.workers)} workers and the gateway (logs in {fleet.gateway.log_file.parent})")
     await fleet.start()
