@@ -21,7 +21,8 @@ def kafka_options(settings: FleetSettings) -> dict[str, Any]:
 
 
 def redis_client(settings: FleetSettings) -> Redis:
-    return Redis.from_url(settings.redis_url)
+    return Redis.from_url(settings.redis_url, socket_connect_timeout=settings.redis_connect_timeout_s,
+                          socket_timeout=settings.redis_socket_timeout_s)
 
 
 def new_producer(settings: FleetSettings, *, linger_ms: int) -> AIOKafkaProducer:

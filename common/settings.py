@@ -23,6 +23,10 @@ class FleetSettings(BaseSettings):
     log_json: bool = Field(False, description="Log JSON lines (one object per line) instead of plain text")
     log_level: str = Field("INFO", description="Python logging level")
     model_dir: Path | None = Field(None, description="Model registry folder; default <home>/models")
+    redis_connect_timeout_s: float = Field(2.0, gt=0, description="Redis connect timeout of every Redis client")
+    # Longer than the gateway's 1 s blocking XREAD, or every idle read would time out.
+    redis_socket_timeout_s: float = Field(5.0, gt=1.0, description="Redis socket (read/write) timeout: a slow "
+                                          "Redis fails a call after this instead of holding a batch")
     startup_timeout_s: float = Field(30.0, gt=0, description="Give up (exit non-zero) when Kafka or Redis do not "
                                      "answer within this at start")
     shutdown_grace_s: float = Field(10.0, gt=0, description="After SIGTERM the process ends within this")

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from common.topics import ensure_topics, partitions_of
 from gateway.errors import FleetUnavailable
+from common.clients import redis_client
 from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
 from gateway.routing import Router
@@ -83,9 +84,7 @@ class FleetClient:
 
     async def _open_clients(self) -> None:
         if self._redis is None:
-            self._redis = Redis.from_url(self.settings.redis_url,
-                                         socket_connect_timeout=self.settings.redis_connect_timeout_s,
-                                         socket_timeout=self.settings.redis_socket_timeout_s)
+            self._redis = redis_client(self.settings)
             self._exit.push_async_callback(self._redis.aclose)
         if self._producer is None:
             producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",

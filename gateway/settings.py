@@ -13,9 +13,6 @@ class ClientSettings(FleetSettings):
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the client creates it")
     max_waits: int = Field(10_000, ge=1, description="Concurrent infer() waits per process; more are refused "
                            "(Overloaded) instead of growing the pending map without bound")
-    redis_connect_timeout_s: float = Field(2.0, gt=0, description="Redis connect timeout of the client's connections")
-    # Longer than the reply reader's 1 s blocking XREAD, or every idle read would time out.
-    redis_socket_timeout_s: float = Field(5.0, gt=1.0, description="Redis socket (read/write) timeout")
     reader_max_backoff_s: float = Field(1.0, gt=0, le=30, description="Longest pause between the reply reader's "
                                         "reconnection attempts while Redis is away")
     log_every_s: float = Field(10.0, gt=0, description="Repeated errors about one dependency are logged once per "

@@ -47,7 +47,7 @@ from schemas.wire import ReplyTo
 
 MODEL = "minilm-embed"
 BENCH_MODEL = "minilm-embed-devbench"
-RESULTS_TOPIC = "fleet.bench.device.results"
+RESULTS_TOPIC = "fleet.results.bench-device"
 MAX_BATCHES = (1, 32, 64, 256)
 # The seed's §2.2 table on one A10: (max batch, max queue delay ms, QPS it measured).
 SEED_ROWS = ((1, 0.0, 45.0), (32, 50.0, 580.0), (64, 100.0, 720.0))

@@ -84,7 +84,7 @@ async def test_scaling_one_two_one_under_load_loses_no_request(client: FleetClie
     # Workers of this test live under tmp_path; the model registry stays the shared one.
     settings = base.model_copy(update={"home": tmp_path, "model_dir": base.registry_dir.resolve()})
     bootstrap = settings.kafka_bootstrap
-    results_topic = f"test.results.{new_request_id()[:12]}"
+    results_topic = f"fleet.results.test-{new_request_id()[:12]}"
     await ensure_topics(bootstrap, [results_topic], 4)
     start = await end_offsets(bootstrap, results_topic)
     local = LocalWorkers(settings, MODEL)

@@ -24,7 +24,7 @@ async def publish_paced(client: FleetClient, requests: list[Request]) -> None:
 
 async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes: list[Process], tmp_path: Path) -> None:
     bootstrap = client.settings.kafka_bootstrap
-    results_topic = f"test.results.{new_request_id()[:12]}"
+    results_topic = f"fleet.results.test-{new_request_id()[:12]}"
     await ensure_topics(bootstrap, [results_topic], 4)
     start = await end_offsets(bootstrap, results_topic)
     victim = start_worker(processes, tmp_path, "victim")
@@ -61,7 +61,7 @@ async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes:
 async def test_sigterm_finishes_the_batch_in_hand_and_leaves_cleanly(client: FleetClient, processes: list[Process],
                                                                      tmp_path: Path) -> None:
     bootstrap = client.settings.kafka_bootstrap
-    results_topic = f"test.results.{new_request_id()[:12]}"
+    results_topic = f"fleet.results.test-{new_request_id()[:12]}"
     await ensure_topics(bootstrap, [results_topic], 4)
     start = await end_offsets(bootstrap, results_topic)
     leaving = start_worker(processes, tmp_path, "leaving")
