@@ -42,6 +42,7 @@ class ReplyWaiter:
         self._throttle = LogThrottle(log, log_every_s)
         self._pending: dict[str, asyncio.Future[Result]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._stopping = False
         self._last_id = "0-0"
         self._down_reason: str | None = STARTING
         self._down_since = time.monotonic()
@@ -59,15 +60,19 @@ class ReplyWaiter:
 
     def start(self) -> None:
         if self._reader is None:
+            self._stopping = False
             self._reader = asyncio.create_task(self._read_forever(), name=f"reply-reader-{self.waiter_id}")
 
     async def stop(self) -> None:
         if self._reader is not None:
-            self._reader.cancel()
-            try:
-                await self._reader
-            except (asyncio.CancelledError, Exception):
-                pass
+            self._stopping = True
+            # redis-py can turn a cancellation inside a socket timeout into a TimeoutError, which the
+            # reconnect loop would retry: cancel until the reader is really gone.
+            while not self._reader.done():
+                self._reader.cancel()
+                await asyncio.wait({self._reader}, timeout=0.2)
+            if not self._reader.cancelled():
+                self._reader.exception()  # retrieved: a reader that failed on its way out is not news
             self._reader = None
         pending, self._pending = self._pending, {}
         for future in pending.values():
@@ -98,14 +103,15 @@ class ReplyWaiter:
             future.cancel()
 
     async def _read_forever(self) -> None:
-        while True:
+        while not self._stopping:
             await self._connect()
             try:
-                while True:
+                while not self._stopping:
                     self._deliver(await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT,
                                                           block=READ_BLOCK_MS))
             except Exception as exc:  # whatever Redis did, the reader reconnects; cancellation ends it
-                self._went_down(exc)
+                if not self._stopping:
+                    self._went_down(exc)
 
     async def _connect(self) -> None:
         """PING until Redis answers, forever, with a bounded pause between attempts."""
@@ -113,6 +119,8 @@ class ReplyWaiter:
                                            wait=wait_exponential(multiplier=0.05, max=self._max_backoff_s),
                                            before_sleep=self._attempt_failed):
             with attempt:
+                if self._stopping:
+                    raise asyncio.CancelledError
                 await self._redis.ping()
         if self._down_reason not in (None, STARTING):
             held = self._throttle.reset("redis")
