@@ -1,46 +1,73 @@
 """Clients of Kafka and Redis, built from the shared settings in one place.
 
-Every producer, consumer and admin client the fleet makes takes its connection options from
-`kafka_options`, and every Redis client comes from `redis_client`, so how the fleet connects
-is decided here and nowhere else.
+Every producer, consumer and admin client the fleet makes takes its connection options
+(bootstrap servers, security protocol, SASL credentials, TLS context) from `kafka_options`, and
+every Redis client comes from `redis_client`, so how the fleet connects, and with which
+credentials, is decided here and nowhere else (tests/unit/test_client_construction.py holds the
+rest of the tree to that).
 """
 
-from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.helpers import create_ssl_context
 from redis.asyncio import Redis
 
-from common.settings import FleetSettings
-from common.topics import ensure_topics
+from common.settings import SASL_PROTOCOLS, TLS_PROTOCOLS, FleetSettings
 
 
 def kafka_options(settings: FleetSettings) -> dict[str, Any]:
     """Connection options of every aiokafka client (producer, consumer, admin)."""
-    return {"bootstrap_servers": settings.kafka_bootstrap}
+    protocol = settings.kafka_security_protocol
+    options: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap, "security_protocol": protocol}
+    if protocol in TLS_PROTOCOLS:
+        options["ssl_context"] = create_ssl_context(cafile=settings.kafka_ssl_cafile,
+                                                    certfile=settings.kafka_ssl_certfile,
+                                                    keyfile=settings.kafka_ssl_keyfile)
+    if protocol in SASL_PROTOCOLS:
+        assert settings.kafka_sasl_password is not None  # the settings refuse SASL without one
+        options.update(sasl_mechanism=settings.kafka_sasl_mechanism,
+                       sasl_plain_username=settings.kafka_sasl_username,
+                       sasl_plain_password=settings.kafka_sasl_password.get_secret_value())
+    return options
 
 
-def redis_client(settings: FleetSettings) -> Redis:
-    return Redis.from_url(settings.redis_url, socket_connect_timeout=settings.redis_connect_timeout_s,
-                          socket_timeout=settings.redis_socket_timeout_s)
+def new_producer(settings: FleetSettings, *, linger_ms: int, **options: Any) -> AIOKafkaProducer:
+    """acks=all and idempotence (unless `options` say otherwise), so a producer retry never
+    duplicates a result or a comparison."""
+    defaults: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": linger_ms}
+    return AIOKafkaProducer(**kafka_options(settings), **(defaults | options))
 
 
-def new_producer(settings: FleetSettings, *, linger_ms: int) -> AIOKafkaProducer:
-    """acks=all and idempotence, so a producer retry never duplicates a result or a comparison."""
-    return AIOKafkaProducer(**kafka_options(settings), acks="all", linger_ms=linger_ms, enable_idempotence=True)
+def new_consumer(settings: FleetSettings, *topics: str, **options: Any) -> AIOKafkaConsumer:
+    """A consumer of `topics` (or of none, to assign partitions later) with these consumer `options`."""
+    return AIOKafkaConsumer(*topics, **kafka_options(settings), **options)
 
 
-async def open_clients(settings: FleetSettings, exit_stack: AsyncExitStack, redis: Redis | None,
-                       producer: AIOKafkaProducer | None, *, topics: list[str], partitions: int,
-                       linger_ms: int) -> tuple[Redis, AIOKafkaProducer]:
-    """Create `topics` if missing, then the clients: the injected ones (tests share theirs), else
-    new ones that `exit_stack` closes."""
-    await ensure_topics(settings.kafka_bootstrap, topics, partitions)
-    if redis is None:
-        redis = redis_client(settings)
-        exit_stack.push_async_callback(redis.aclose)
-    if producer is None:
-        producer = new_producer(settings, linger_ms=linger_ms)
-        await producer.start()
-        exit_stack.push_async_callback(producer.stop)
-    return redis, producer
+def new_admin(settings: FleetSettings, **options: Any) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**kafka_options(settings), **options)
+
+
+def redis_options(settings: FleetSettings) -> tuple[str, dict[str, Any]]:
+    """The URL and keyword options `Redis.from_url` gets: credentials, TLS and timeouts."""
+    url = settings.redis_url
+    options: dict[str, Any] = {"socket_connect_timeout": settings.redis_connect_timeout_s,
+                               "socket_timeout": settings.redis_socket_timeout_s}
+    if settings.redis_username is not None:
+        options["username"] = settings.redis_username
+    if settings.redis_password is not None:
+        options["password"] = settings.redis_password.get_secret_value()
+    parts = urlsplit(url)
+    if settings.redis_tls and parts.scheme == "redis":
+        url = urlunsplit(parts._replace(scheme="rediss"))
+    if settings.redis_tls_ca_file is not None:
+        options["ssl_ca_certs"] = str(settings.redis_tls_ca_file)
+    return url, options
+
+
+def redis_client(settings: FleetSettings, **overrides: Any) -> Redis:
+    """A Redis client; `overrides` replace connection options (e.g. a shorter socket_timeout)."""
+    url, options = redis_options(settings)
+    return Redis.from_url(url, **(options | overrides))

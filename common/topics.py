@@ -1,30 +1,76 @@
-"""Creating the fleet's Kafka topics before anyone produces to or consumes from them."""
+"""Creating the fleet's Kafka topics before anyone produces to or consumes from them.
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+Every topic the fleet creates gets `topic_replication_factor` replicas and, when set,
+`topic_min_insync_replicas` (acks=all then waits for that many copies). The single-node stack
+keeps 1 of each; a real cluster wants 3 and 2.
+"""
+
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
+from common.clients import new_admin, new_consumer
+from common.settings import FleetSettings
 
-async def ensure_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    """Create missing topics; existing ones are left as they are."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+TOPIC_ALREADY_EXISTS = TopicAlreadyExistsError.errno
+BROKER_DEFAULT = -1
+
+
+class TopicCreationFailed(RuntimeError):
+    """The brokers refused to create a topic (e.g. more replicas than brokers)."""
+
+
+async def ensure_topics(settings: FleetSettings, names: list[str], partitions: int,
+                        configs: dict[str, str] | None = None) -> None:
+    """Create missing topics with the settings' replication (and `configs`); existing ones are left as they are."""
+    admin = new_admin(settings)
     try:
         await admin.start()  # inside the try: a start that fails or is cancelled still closes its connections
         existing = set(await admin.list_topics())
         missing = [name for name in dict.fromkeys(names) if name not in existing]
         if not missing:
             return
+        replicas = await replication_factor(admin, settings)
+        topic_configs = dict(configs or {})
+        if settings.topic_min_insync_replicas is not None:
+            topic_configs["min.insync.replicas"] = str(settings.topic_min_insync_replicas)
         try:
-            await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1) for name in missing])
+            response = await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replicas,
+                                                           topic_configs=topic_configs) for name in missing])
         except TopicAlreadyExistsError:
-            pass  # another process created it between list and create
+            return  # another process created it between list and create
+        _raise_refusals(response.topic_errors)
     finally:
         await admin.close()
 
 
-async def partitions_of(bootstrap: str, topic: str) -> list[TopicPartition]:
+async def replication_factor(admin: AIOKafkaAdminClient, settings: FleetSettings) -> int:
+    """The settings' factor; for -1, the brokers' default.replication.factor (aiokafka speaks a
+    CreateTopics version that cannot ask the broker to choose)."""
+    if settings.topic_replication_factor != BROKER_DEFAULT:
+        return settings.topic_replication_factor
+    cluster = await admin.describe_cluster()
+    broker = str(cluster["brokers"][0]["node_id"])
+    [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker,
+                                                              {"default.replication.factor": None})])
+    for resource in response.resources:
+        for entry in resource[4]:
+            if entry[0] == "default.replication.factor":
+                return int(entry[1])
+    raise TopicCreationFailed(f"broker {broker} did not say its default.replication.factor")
+
+
+def _raise_refusals(topic_errors: list[tuple[object, ...]]) -> None:
+    refused = [f"{error[0]}: error {error[1]}" + (f" ({error[2]})" if len(error) > 2 and error[2] else "")
+               for error in topic_errors if error[1] not in (0, TOPIC_ALREADY_EXISTS)]
+    if refused:
+        raise TopicCreationFailed(f"Kafka refused to create topics: {'; '.join(refused)}")
+
+
+async def partitions_of(settings: FleetSettings, topic: str) -> list[TopicPartition]:
     """The topic's partitions, from fresh metadata (empty when the topic does not exist)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = new_admin(settings)
     await admin.start()
     try:
         [described] = await admin.describe_topics([topic])
@@ -33,13 +79,13 @@ async def partitions_of(bootstrap: str, topic: str) -> list[TopicPartition]:
     return [TopicPartition(topic, p["partition"]) for p in sorted(described.get("partitions") or [], key=lambda p: p["partition"])]
 
 
-async def newest_records(bootstrap: str, topic: str, per_partition: int) -> list[ConsumerRecord]:
+async def newest_records(settings: FleetSettings, topic: str, per_partition: int) -> list[ConsumerRecord]:
     """The last `per_partition` records of each partition as of now (later ones are left out),
     read without a consumer group; empty when the topic does not exist."""
-    partitions = await partitions_of(bootstrap, topic)
+    partitions = await partitions_of(settings, topic)
     if not partitions:
         return []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = new_consumer(settings, enable_auto_commit=False)
     await consumer.start()
     found: list[ConsumerRecord] = []
     try:

@@ -57,7 +57,7 @@ def create_topics(models: list[str], partitions: int) -> int:
     names = [DLQ_TOPIC, DEFAULT_RESULTS_TOPIC]
     for model in models:
         names += [requests_topic(model), fallback_topic(model)]
-    asyncio.run(ensure_topics(settings.kafka_bootstrap, names, partitions))
+    asyncio.run(ensure_topics(settings, names, partitions))
     print("topics ready: " + ", ".join(names))
     return Exit.OK
 

@@ -36,6 +36,6 @@ def run_command(name: str, entry: Callable[[], object]) -> int:
         print(f"fleet {name}: {unreachable('Kafka', FleetSettings().kafka_bootstrap, exc)}", file=sys.stderr)
         return Exit.UNAVAILABLE
     except REDIS_UNREACHABLE as exc:
-        print(f"fleet {name}: {unreachable('Redis', FleetSettings().redis_url, exc)}", file=sys.stderr)
+        print(f"fleet {name}: {unreachable('Redis', FleetSettings().redis_url_redacted, exc)}", file=sys.stderr)
         return Exit.UNAVAILABLE
     return result if isinstance(result, int) else Exit.OK

@@ -19,6 +19,8 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.clients import new_consumer, new_producer, redis_client
+from common.credentials import verify_credentials
 from common.topics import ensure_topics, partitions_of
 from gateway.errors import FleetUnavailable
 from common.clients import redis_client
@@ -67,10 +69,12 @@ class FleetClient:
 
     async def start(self) -> None:
         """Open the clients not injected. Kafka must answer (the producer bootstraps); Redis need
-        not: the reply reader connects, and reconnects, by itself."""
+        not: the reply reader connects, and reconnects, by itself. Refused credentials raise
+        CredentialsRejected at once."""
         if self._waiter is not None:
             return
         try:
+            await verify_credentials(self.settings)
             await self._open_clients()
         except BaseException:
             await self.stop()  # a start that failed half-way leaves nothing open behind it
@@ -87,8 +91,7 @@ class FleetClient:
             self._redis = redis_client(self.settings)
             self._exit.push_async_callback(self._redis.aclose)
         if self._producer is None:
-            producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
-                                        linger_ms=2, enable_idempotence=True)
+            producer = new_producer(self.settings, linger_ms=2)
             self._exit.push_async_callback(producer.stop)
             await producer.start()
             self._producer = producer
@@ -149,7 +152,7 @@ class FleetClient:
         one of them gives up at its deadline (a hung Kafka would otherwise cost a client per request)."""
         creation = self._creations.get(topic)
         if creation is None:
-            creation = asyncio.create_task(ensure_topics(self.settings.kafka_bootstrap, [topic], self.settings.partitions))
+            creation = asyncio.create_task(ensure_topics(self.settings, [topic], self.settings.partitions))
             self._creations[topic] = creation
             creation.add_done_callback(lambda _: self._creations.pop(topic, None))
         return creation
@@ -214,11 +217,11 @@ class FleetClient:
                            timeout: float = 60.0, options: RequestOptions | None = None) -> PipelineOutcome:
         """Produce one request per text with a results topic, then read that topic until every
         id has a result (or `timeout` passes). Redelivered duplicates are counted, not returned."""
-        await ensure_topics(self.settings.kafka_bootstrap, [results_topic], self.settings.partitions)
-        reader = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+        await ensure_topics(self.settings, [results_topic], self.settings.partitions)
+        reader = new_consumer(self.settings, enable_auto_commit=False)
         await reader.start()
         try:
-            partitions = await partitions_of(self.settings.kafka_bootstrap, results_topic)
+            partitions = await partitions_of(self.settings, results_topic)
             reader.assign(partitions)
             for tp, offset in (await reader.end_offsets(partitions)).items():
                 reader.seek(tp, offset)  # only results produced after this point matter

@@ -13,9 +13,10 @@ import sys
 from types import FrameType
 
 import uvicorn
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, retry_if_not_exception_type, wait_exponential
 
 from common.auth_keys import KeysFileError
+from common.credentials import CredentialsRejected
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog
 from gateway.app import create_app, gateway_client
@@ -44,11 +45,13 @@ def bind(host: str, port: int) -> socket.socket:
 
 async def start_within(client: FleetClient, timeout_s: float) -> None:
     """Start the client and see Redis answer, retrying until `timeout_s` has passed; then the
-    last error (or TimeoutError when an attempt hung) is raised."""
+    last error (or TimeoutError when an attempt hung) is raised. Refused credentials are raised at
+    once: waiting does not heal them."""
     failures: list[BaseException] = []
     try:
         async with asyncio.timeout(timeout_s):
-            async for attempt in AsyncRetrying(retry=retry_if_exception_type(Exception), reraise=True,
+            async for attempt in AsyncRetrying(retry=retry_if_exception_type(Exception)
+                                               & retry_if_not_exception_type(CredentialsRejected), reraise=True,
                                                wait=wait_exponential(multiplier=0.2, max=2.0),
                                                before_sleep=lambda state: failures.append(state.outcome.exception())):
                 with attempt:
@@ -88,6 +91,9 @@ async def serve(settings: GatewaySettings, listener: socket.socket) -> int:
         return EXIT_BAD_KEYS_FILE
     try:
         await start_within(client, settings.startup_timeout_s)
+    except CredentialsRejected as exc:
+        log.error("gateway cannot start: %s", exc)
+        return EXIT_DEPENDENCIES
     except Exception as exc:
         log.error("gateway cannot start: Kafka (%s) or Redis did not answer within %.0f s; last error: %s: %s",
                   settings.kafka_bootstrap, settings.startup_timeout_s, type(exc).__name__, exc)

@@ -91,7 +91,7 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
         sizing=BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels),
         sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s, patience=patience,
                         reply_stream_maxlen=settings.reply_stream_maxlen,
-                        ensure_topic=lambda topic: ensure_topics(settings.kafka_bootstrap, [topic], settings.partitions)),
+                        ensure_topic=lambda topic: ensure_topics(settings, [topic], settings.partitions)),
         patience=patience,
         stats=VersionStatsRecorder(redis, settings.model),
         tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns),

@@ -4,6 +4,7 @@ import argparse
 import asyncio
 import logging
 
+from common.credentials import CredentialsRejected
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog, wait_for_dependencies
 from workers.health.endpoints import health_endpoints
@@ -49,10 +50,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = WorkerSettings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
-    if settings.role is Role.shadow:
-        processed = asyncio.run(serve_shadow(ShadowSettings(), burst=args.burst))
-    else:
-        processed = asyncio.run(serve(settings, burst=args.burst))
+    try:
+        if settings.role is Role.shadow:
+            processed = asyncio.run(serve_shadow(ShadowSettings(), burst=args.burst))
+        else:
+            processed = asyncio.run(serve(settings, burst=args.burst))
+    except CredentialsRejected as exc:
+        raise SystemExit(f"worker cannot start: {exc}") from None
     logging.getLogger(__name__).info("worker stopped after %d records", processed)
 
 

@@ -14,7 +14,7 @@ from typing import Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from common.clients import kafka_options
+from common.clients import new_consumer
 from common.settings import FleetSettings
 
 # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
@@ -25,8 +25,8 @@ def group_consumer(settings: FleetSettings, topic: str, *, group: str, client_id
                    session_timeout_ms: int, auto_offset_reset: str = "earliest",
                    group_instance_id: str | None = None, fetch_max_wait_ms: int = 500) -> AIOKafkaConsumer:
     """A consumer-group member that commits by hand, after delivery."""
-    return AIOKafkaConsumer(
-        topic, **kafka_options(settings), group_id=group, client_id=client_id, enable_auto_commit=False,
+    return new_consumer(
+        settings, topic, group_id=group, client_id=client_id, enable_auto_commit=False,
         auto_offset_reset=auto_offset_reset, max_poll_records=max_poll_records, fetch_max_wait_ms=fetch_max_wait_ms,
         metadata_max_age_ms=METADATA_MAX_AGE_MS, session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=max(session_timeout_ms // 3, 100), group_instance_id=group_instance_id)

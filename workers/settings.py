@@ -7,11 +7,11 @@ it shares with the shadow (workers/runtime_settings.py); the rest is the batch p
 import re
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from models.loading import Precision
 from workers.compute.triage import TriageRules
-from workers.runtime_settings import ModelMemberSettings, Role
+from workers.runtime_settings import PRODUCTION_NAMES, ModelMemberSettings, Role
 
 
 class OverlongInputs(StrEnum):
@@ -53,6 +53,10 @@ class WorkerSettings(ModelMemberSettings):
                                       "grows back one step per this many seconds without another")
     takeover_after_s: float = Field(3.0, ge=0, description="Fallback workers serve the primary topic once no "
                                     "healthy primary has heartbeated for this long (plus the heartbeat TTL)")
+    allow_fault_injection: bool = Field(False, description="FLEET_ALLOW_FAULT_INJECTION=1 lets fault_* settings "
+                                        "take effect (tests and drills); without it a worker with any of them "
+                                        "refuses to start, whatever the environment is called (production "
+                                        "refuses them even then)")
     fault_injection: bool = Field(False, description="Master switch for the fault_* settings (tests and drills)")
     fault_error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of batches that raise a device error")
     fault_oom_above_batch: int | None = Field(None, ge=1, description="Batches larger than this raise out-of-memory")
@@ -97,6 +101,35 @@ class WorkerSettings(ModelMemberSettings):
                                             "model time than the encoder costs; otherwise one batch in 50")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
+
+    @model_validator(mode="after")
+    def _faults_only_when_allowed(self) -> "WorkerSettings":
+        refusal = self.fault_refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
+        return self
+
+    def fault_settings(self) -> list[str]:
+        """The fault_* settings that ask for a fault, as `name=value`."""
+        asked = {"fault_injection": self.fault_injection, "fault_error_rate": self.fault_error_rate > 0,
+                 "fault_oom_above_batch": self.fault_oom_above_batch is not None,
+                 "fault_fail_after_records": self.fault_fail_after_records is not None,
+                 "fault_inference_error_rate": self.fault_inference_error_rate > 0,
+                 "fault_probe_fails": self.fault_probe_fails}
+        return [f"{name}={getattr(self, name)}" for name, on in asked.items() if on]
+
+    def fault_refusal(self) -> str | None:
+        """Why these fault settings must not take effect, or None when they may (or there are none)."""
+        faults = self.fault_settings()
+        if not faults:
+            return None
+        if self.environment.strip().lower() in PRODUCTION_NAMES:
+            return (f"fault injection is refused in production (environment={self.environment!r}); "
+                    f"unset {', '.join(faults)}")
+        if not self.allow_fault_injection:
+            return (f"fault settings {', '.join(faults)} need FLEET_ALLOW_FAULT_INJECTION=1 (tests and drills "
+                    "only); unset them or allow fault injection explicitly")
+        return None
 
     @property
     def triage_rules(self) -> TriageRules:

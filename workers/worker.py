@@ -18,7 +18,9 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
-from common.clients import open_clients, redis_client
+from common.clients import redis_client
+from common.credentials import verify_credentials
+from common.startup import open_clients
 from common.heartbeats import HealthState
 from common.process import return_memory
 from models.backends.base import Backend
@@ -141,6 +143,7 @@ class Worker(KafkaMember):
 
     async def _open(self) -> None:
         self.faults = FaultInjector.from_settings(self.settings)
+        await verify_credentials(self.settings)  # before the model loads: a wrong password fails in seconds
         loader = ModelLoader(self.settings.runtime())
         if self._backend is None:
             started = time.perf_counter()

@@ -301,7 +301,7 @@ async def run(args: argparse.Namespace) -> int:
     rows: list[BenchRow] = []
     raw_cache: dict[tuple[str, int], RawThroughput] = {}
     async with FleetClient(settings) as client, GroupWatch(
-            settings.kafka_bootstrap, consumer_group(bench.model), requests_topic(bench.model)) as watch:
+            settings, consumer_group(bench.model), requests_topic(bench.model)) as watch:
         for precision in precisions:
             for config in configs:
                 raw = await bench.raw(config, precision, raw_cache)

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from fleet.arguments import command_parser
@@ -41,6 +41,7 @@ from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache
 from fleet.bench.fleet_process import bench_alias
 from fleet.bench.stats import LatencySummary
 from fleet.exits import Exit
+from common.clients import new_consumer, new_producer, redis_client
 from common.settings import FleetSettings
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
 from common.topics import ensure_topics, partitions_of
@@ -167,12 +168,11 @@ async def round_trips(bench: Bench, waiter: ReplyWaiter, topics: Sequence[str], 
 
 async def bare_echo(bench: Bench, ready: asyncio.Event) -> None:
     """The baseline's far end: a group-less consumer that answers each request with an XADD."""
-    await ensure_topics(bench.settings.kafka_bootstrap, [BARE_TOPIC], bench.base.partitions)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bench.settings.kafka_bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=100)
+    await ensure_topics(bench.settings, [BARE_TOPIC], bench.base.partitions)
+    consumer = new_consumer(bench.settings, enable_auto_commit=False, fetch_max_wait_ms=100)
     await consumer.start()
     try:
-        partitions = await partitions_of(bench.settings.kafka_bootstrap, BARE_TOPIC)
+        partitions = await partitions_of(bench.settings, BARE_TOPIC)
         consumer.assign(partitions)
         await consumer.seek_to_end(*partitions)
         for tp in partitions:
@@ -280,8 +280,8 @@ def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 async def check_stack(settings: FleetSettings) -> None:
     try:
-        await wait_for_kafka(settings.kafka_bootstrap, STACK_TIMEOUT_S)
-        await wait_for_redis(settings.redis_url, STACK_TIMEOUT_S)
+        await wait_for_kafka(settings, STACK_TIMEOUT_S)
+        await wait_for_redis(settings, STACK_TIMEOUT_S)
     except Exception as exc:
         raise SystemExit(f"the stack does not answer ({exc}); start it with `scripts/stack up`") from None
 
@@ -315,12 +315,11 @@ async def run(args: argparse.Namespace) -> int:
           f"({args.precision}), {os.cpu_count()} CPUs; Zipf workload: {len(workload.texts):,} requests over "
           f"{workload.query_set_size:,} queries, exponent {workload.exponent:.3f}, exact repeats "
           f"{workload.repeat_share:.1%}, seed {args.seed}", flush=True)
-    redis = Redis.from_url(settings.redis_url)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=0,
-                                enable_idempotence=True, max_batch_size=512 * 1024)
+    redis = redis_client(settings)
+    producer = new_producer(settings, linger_ms=0, max_batch_size=512 * 1024)
     await producer.start()
     try:
-        await ensure_topics(settings.kafka_bootstrap, [requests_topic(BENCH_MODEL)], base.partitions)
+        await ensure_topics(settings, [requests_topic(BENCH_MODEL)], base.partitions)
         bench = Bench(args, sizes, settings, base, redis, producer, progress, stamp)
         exact = await exact_scenario(bench)
         rounds = [[await cache_run(bench, workload, caches) for caches in CACHE_CONFIGS] for _ in range(sizes.rounds)]

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 from redis.asyncio import Redis
 
+from common.clients import redis_client
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.exits import Exit
@@ -148,7 +149,7 @@ async def bench_one(args: argparse.Namespace) -> int:
     """One workload in this process; the parent reads the Run from the RESULT line."""
     name = args.workload
     count = args.count if name == "label+score" else args.embedding_count
-    redis = Redis.from_url(FleetSettings().redis_url) if args.redis else None
+    redis = redis_client(FleetSettings()) if args.redis else None
     try:
         cache = ExactCache(f"bench-{name.replace('+', '-')}", redis=redis, local_max_bytes=int(args.bound_mib * MiB),
                            redis_ttl_s=300, redis_enabled=redis is not None)

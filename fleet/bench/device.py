@@ -199,7 +199,7 @@ async def main_async(args: argparse.Namespace) -> int:
     source = ModelRegistry(settings.registry_dir)
     alias_registry = ModelRegistry(settings.home / "bench" / "models")
     bench_alias(source, source.resolve(MODEL, precision="fp32"), alias_registry, BENCH_MODEL)
-    await ensure_topics(settings.kafka_bootstrap, [requests_topic(BENCH_MODEL), RESULTS_TOPIC], 4)
+    await ensure_topics(settings, [requests_topic(BENCH_MODEL), RESULTS_TOPIC], 4)
     sizes = QUICK if args.quick else FULL
     logs = settings.home / "bench" / f"device-{datetime.now():%Y%m%d-%H%M%S}"
     async with FleetClient(ClientSettings(default_timeout_s=60)) as client:

@@ -17,9 +17,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 
+from common.clients import new_admin, new_consumer
+from common.settings import FleetSettings
 from common.topics import partitions_of
 from models.registry import MANIFEST_FILE, ModelManifest, ModelRegistry
 
@@ -192,12 +193,12 @@ class GroupWatch:
     """Members and lag of one consumer group on one topic (an admin client and a group-less
     consumer, opened once for the whole bench)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, settings: FleetSettings, group: str, topic: str) -> None:
+        self.settings = settings
         self.group = group
         self.topic = topic
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        self._offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self._admin = new_admin(settings)
+        self._offsets = new_consumer(settings, enable_auto_commit=False)
         self._partitions: list[TopicPartition] = []
 
     async def __aenter__(self) -> Self:
@@ -218,7 +219,7 @@ class GroupWatch:
     async def lag(self) -> int:
         """Records on the topic that the group has not committed yet."""
         if not self._partitions:
-            self._partitions = await partitions_of(self.bootstrap, self.topic)
+            self._partitions = await partitions_of(self.settings, self.topic)
             if not self._partitions:
                 return 0
         committed = await self._admin.list_consumer_group_offsets(self.group)

@@ -18,10 +18,10 @@ import asyncio
 import sys
 from collections import Counter
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
+from common.clients import new_admin
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.redis_access import with_redis
@@ -47,8 +47,8 @@ def semantic_topics_of(model: str, version: str | None, existing: list[str]) -> 
                   if t.startswith(prefix) and parse_version_id(model, t.removeprefix(prefix)) is not None)
 
 
-async def delete_semantic_topics(bootstrap: str, model: str, version: str | None) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+async def delete_semantic_topics(settings: FleetSettings, model: str, version: str | None) -> list[str]:
+    admin = new_admin(settings, request_timeout_ms=10_000)
     await admin.start()
     try:
         doomed = semantic_topics_of(model, version, await admin.list_topics())
@@ -74,7 +74,7 @@ async def clear(redis: Redis, settings: FleetSettings, model: str, version: str 
     print(f"exact cache of {what}: {deleted} Redis entries deleted; generation now {generation} "
           "(workers drop their in-process tier at their next refresh)")
     try:
-        topics = await delete_semantic_topics(settings.kafka_bootstrap, model, version)
+        topics = await delete_semantic_topics(settings, model, version)
     except (KafkaError, OSError) as exc:
         print(f"semantic cache of {what}: {unreachable('Kafka', settings.kafka_bootstrap, exc)} "
               "The exact cache is cleared; rerun to delete the semantic topics.", file=sys.stderr)

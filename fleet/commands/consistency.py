@@ -26,6 +26,8 @@ import numpy.typing as npt
 from pydantic import Field
 from redis.asyncio import Redis
 
+from common.clients import redis_client
+from common.settings import FleetSettings
 from common.topics import newest_records
 from fleet.arguments import command_parser
 from fleet.exits import Exit
@@ -134,12 +136,12 @@ class Sample:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-async def latest_requests(bootstrap: str, topic: str, count: int) -> tuple[list[Request], int]:
+async def latest_requests(settings: FleetSettings, topic: str, count: int) -> tuple[list[Request], int]:
     """The `count` most recent decodable requests on `topic` by record time, and how many records were not."""
     # The newest `count` overall are among the newest `count` of each partition.
     timestamped: list[tuple[int, int, Request]] = []
     undecodable = 0
-    for record in await newest_records(bootstrap, topic, count):
+    for record in await newest_records(settings, topic, count):
         try:
             timestamped.append((record.timestamp, record.offset, Request.decode(record.value or b"")))
         except WireError:
@@ -149,13 +151,13 @@ async def latest_requests(bootstrap: str, topic: str, count: int) -> tuple[list[
 
 
 async def gather_sample(settings: ConsistencySettings, model: str, count: int) -> Sample:
-    requests, undecodable = await latest_requests(settings.kafka_bootstrap, requests_topic(model), count)
+    requests, undecodable = await latest_requests(settings, requests_topic(model), count)
     sample = Sample()
     if undecodable:
         sample.skipped["undecodable record"] = undecodable
     if not requests:
         return sample
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings)
     try:
         raw = await redis.mget([result_key(r.id) for r in requests])
     finally:

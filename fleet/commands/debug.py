@@ -10,9 +10,9 @@ import argparse
 import asyncio
 import json
 
-from aiokafka import AIOKafkaConsumer
 from redis.asyncio import Redis
 
+from common.clients import new_consumer
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.redis_access import with_redis
@@ -45,8 +45,8 @@ def render(trace: TraceRecord) -> str:
 
 
 async def tail(settings: FleetSettings, model: str | None, count: int | None, from_beginning: bool) -> None:
-    consumer = AIOKafkaConsumer(TRACE_TOPIC, bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest" if from_beginning else "latest")
+    consumer = new_consumer(settings, TRACE_TOPIC, enable_auto_commit=False,
+                            auto_offset_reset="earliest" if from_beginning else "latest")
     await consumer.start()
     shown = 0
     try:

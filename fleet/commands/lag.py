@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import Field
 
+from common.clients import new_admin, new_consumer
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.exits import Exit
@@ -163,15 +164,15 @@ async def _topic_partitions(admin: AIOKafkaAdminClient, topics: set[str]) -> lis
                   key=lambda tp: (tp.topic, tp.partition))
 
 
-async def collect_lag(bootstrap: str, groups: Sequence[str] | None = None, interval_s: float = 2.0,
+async def collect_lag(settings: FleetSettings, groups: Sequence[str] | None = None, interval_s: float = 2.0,
                       *, progress: bool = False) -> list[GroupLag]:
     """Lag of each group (default: every fleet request group), sampled over `interval_s`."""
     async with AsyncExitStack() as stack:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = new_admin(settings)
         await admin.start()
         stack.push_async_callback(admin.close)
         # Made only once Kafka answered the admin: a consumer never started cannot be stopped.
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        consumer = new_consumer(settings, enable_auto_commit=False)
         await consumer.start()
         stack.push_async_callback(consumer.stop)
         names = list(groups) if groups else await fleet_groups(admin)
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error("--interval must be positive")
-    groups = asyncio.run(collect_lag(settings.kafka_bootstrap, args.groups, args.interval, progress=not args.json))
+    groups = asyncio.run(collect_lag(settings, args.groups, args.interval, progress=not args.json))
     if args.json:
         print(json.dumps([g.as_dict() for g in groups], indent=2))
     elif not groups:

@@ -27,6 +27,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.clients import redis_client
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.redis_access import with_redis
@@ -61,11 +62,11 @@ def model_of(version_or_model: str) -> str:
 
 async def read_pointers(settings: FleetSettings, model: str) -> PointerState | None:
     """The pointers, or None (with a note) when Redis does not answer: listing works without it."""
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2)
+    redis = redis_client(settings, socket_connect_timeout=1, socket_timeout=2)
     try:
         return await VersionPointers(redis, model).get()
     except (RedisError, OSError) as exc:
-        print(f"(pointers unknown: Redis at {settings.redis_url} does not answer: {exc})", file=sys.stderr)
+        print(f"(pointers unknown: Redis at {settings.redis_url_redacted} does not answer: {exc})", file=sys.stderr)
         return None
     finally:
         await redis.aclose()

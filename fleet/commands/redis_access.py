@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.clients import redis_client
 from common.settings import FleetSettings
 from fleet.exits import Exit
 from fleet.unreachable import unreachable
@@ -14,11 +15,11 @@ from fleet.unreachable import unreachable
 
 async def with_redis(settings: FleetSettings, action: Callable[[Redis], Awaitable[int]]) -> int:
     """`action`'s exit status, or Exit.UNAVAILABLE after saying why Redis did not answer."""
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=10)
+    redis = redis_client(settings, socket_connect_timeout=3, socket_timeout=10)
     try:
         return await action(redis)
     except (RedisError, OSError) as exc:
-        print(unreachable("Redis", settings.redis_url, exc), file=sys.stderr)
+        print(unreachable("Redis", settings.redis_url_redacted, exc), file=sys.stderr)
         return Exit.UNAVAILABLE
     finally:
         await redis.aclose()

@@ -27,9 +27,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.admin import NewPartitions
 from pydantic import Field
 
+from common.clients import new_admin
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.lag import format_duration
@@ -231,13 +232,13 @@ def _tail(log: Path, start: int, limit: int = 3000) -> str:
 async def request_topic_partitions(settings: ScaleSettings, model: str, requested: int | None) -> int:
     """Partition count of the model's request topic, creating the fleet's topics when missing."""
     topic = requests_topic(model)
-    await ensure_topics(settings.kafka_bootstrap, [topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC],
+    await ensure_topics(settings, [topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC],
                         max(settings.partitions, requested or 0))
-    return len(await partitions_of(settings.kafka_bootstrap, topic))
+    return len(await partitions_of(settings, topic))
 
 
-async def grow_partitions(bootstrap: str, topic: str, total: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def grow_partitions(settings: FleetSettings, topic: str, total: int) -> None:
+    admin = new_admin(settings)
     await admin.start()
     try:
         await admin.create_partitions({topic: NewPartitions(total_count=total)})
@@ -257,7 +258,7 @@ async def scale(settings: ScaleSettings, model: str, target: int, *, partitions:
         return plan
     if plan.grow_partitions_to is not None:
         echo(f"{requests_topic(model)}: adding partitions {current} -> {plan.grow_partitions_to}")
-        await grow_partitions(settings.kafka_bootstrap, requests_topic(model), plan.grow_partitions_to)
+        await grow_partitions(settings, requests_topic(model), plan.grow_partitions_to)
         if running:
             # The group leader assigns from its cached metadata, so a worker that was already
             # running can leave the new partitions unassigned until its next metadata refresh.

@@ -19,9 +19,9 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
-from redis.asyncio import Redis
-
+from common.clients import redis_client
 from common.logs import configure_logging
+from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.shadow_report import format_report, summarise
 from fleet.exits import Exit
@@ -75,10 +75,10 @@ async def _replay(settings: ShadowSettings, window: ReplayWindow) -> int:
     return Exit.OK if totals.compared else Exit.UNAVAILABLE
 
 
-async def recent_comparisons(bootstrap: str, model: str, last: int) -> list[Comparison]:
+async def recent_comparisons(settings: FleetSettings, model: str, last: int) -> list[Comparison]:
     """The last `last` comparisons of every partition of the model's comparisons topic, oldest first."""
     found: list[Comparison] = []
-    for record in await newest_records(bootstrap, comparisons_topic(model), last):
+    for record in await newest_records(settings, comparisons_topic(model), last):
         try:
             found.append(Comparison.decode(record.value or b""))
         except WireError:
@@ -89,10 +89,10 @@ async def recent_comparisons(bootstrap: str, model: str, last: int) -> list[Comp
 async def build_report(settings: ShadowSettings, model: str, candidate: str | None, last: int,
                        *, worst: int = 10) -> tuple[str, ShadowSnapshot] | None:
     """The report text and the stats totals, or None when nothing about any candidate is known."""
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings)
     try:
         pointers = await read_pointers(redis, model)
-        comparisons = await recent_comparisons(settings.kafka_bootstrap, model, last)
+        comparisons = await recent_comparisons(settings, model, last)
         candidate = candidate or pointers.candidate or (comparisons[-1].shadow_version if comparisons else None)
         if candidate is None:
             return None

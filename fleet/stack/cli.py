@@ -3,6 +3,8 @@
     python -m fleet.stack up                      # one Kafka node and one Redis (the default)
     python -m fleet.stack up --brokers 3          # a 3-node KRaft quorum, replication factor 3
     python -m fleet.stack up --redis-cluster      # 3 Redis masters with one replica each
+    python -m fleet.stack up --secure             # Kafka with SASL/SCRAM, Redis with an ACL user
+                                                  # (credentials: <home>/stack/secure.env, mode 600)
     python -m fleet.stack status                  # every node: pid, answers; leaders, ISR, slots
     python -m fleet.stack down [--wipe]           # stop what `up` started; --wipe also deletes the data
 
@@ -32,9 +34,10 @@ from fleet.stack.topology import REDIS_CLUSTER_REPLICAS_PER_MASTER
 __all__ = ["ProcessExited", "Stack", "StackSettings", "down", "status", "up", "wait_for_kafka", "wait_for_redis"]
 
 
-def up(settings: StackSettings, echo: Echo = print, *, brokers: int = 1, redis_cluster: bool = False) -> Stack:
+def up(settings: StackSettings, echo: Echo = print, *, brokers: int = 1, redis_cluster: bool = False,
+       secure: bool = False) -> Stack:
     """Start every node of the stack unless it runs already, then wait until all of them answer."""
-    stack = Stack.planned(settings, brokers=brokers, redis_cluster=redis_cluster)
+    stack = Stack.planned(settings, brokers=brokers, redis_cluster=redis_cluster, secure=secure)
     _refuse_another_running_topology(stack)
     refuse_taken_ports(stack)
     stack_topology.save(stack.topology_file, stack.topology)  # first, so `down` finds a half-started stack
@@ -72,7 +75,7 @@ async def _wait_ready(stack: Stack, kafka_alive: list[Alive], redis_alive: list[
 async def _wait_kafka_ready(stack: Stack, kafka_alive: list[Alive], echo: Echo) -> None:
     timeout = stack.settings.stack_start_timeout_s
     await wait_for_kafka(
-        stack.topology.bootstrap,
+        stack.client_settings().model_copy(update={"kafka_bootstrap": stack.topology.bootstrap}),
         timeout,
         brokers=len(kafka_alive),
         alive=lambda: all(alive() for alive in kafka_alive),
@@ -85,12 +88,13 @@ async def _wait_kafka_ready(stack: Stack, kafka_alive: list[Alive], echo: Echo) 
 async def _wait_redis_ready(stack: Stack, redis_alive: list[Alive], echo: Echo) -> None:
     timeout = stack.settings.stack_start_timeout_s
     if not stack.topology.redis_cluster:
-        await wait_for_redis(stack.settings.redis_url, timeout, alive=redis_alive[0], progress=echo)
+        await wait_for_redis(stack.client_settings(), timeout, alive=redis_alive[0], progress=echo)
         return
     nodes = stack.topology.redis
     await asyncio.gather(
         *(
-            wait_for_redis(f"redis://{node}/0", timeout, alive=alive, progress=echo)
+            wait_for_redis(stack.settings.model_copy(update={"redis_url": f"redis://{node}/0"}), timeout,
+                           alive=alive, progress=echo)
             for node, alive in zip(nodes, redis_alive, strict=True)
         )
     )
@@ -106,6 +110,9 @@ def _report_ready(stack: Stack, echo: Echo) -> None:
     for redis in stack.redis_nodes:
         echo(f"{redis.proc.name:6} {redis.at}  pid {redis.proc.pid()}  ready")
     echo(f"logs: {stack.logs}   data: {stack.data}   jars: {stack.libs}")
+    if stack.topology.secure:
+        echo(f"secured: the fleet's processes need the credentials in {stack.credentials_file} (mode 600):")
+        echo(f"  source {stack.credentials_file}")
     if cluster:
         echo("the fleet's processes find this stack with:")
         for line in stack.topology.env_lines():
@@ -130,10 +137,11 @@ def status(settings: StackSettings, echo: Echo = print) -> bool:
     if stack.topology.kafka_cluster or stack.topology.redis_cluster:
         return asyncio.run(cluster_status(stack, echo))
     [kafka], [redis] = stack.kafka_nodes, stack.redis_nodes
+    reach = stack.client_settings()
 
     async def probe() -> tuple[bool, bool]:
         kafka_ok, redis_ok = await asyncio.gather(
-            answers(wait_for_kafka(settings.kafka_bootstrap, 3.0)), answers(wait_for_redis(settings.redis_url, 3.0))
+            answers(wait_for_kafka(reach, 3.0)), answers(wait_for_redis(reach, 3.0))
         )
         return kafka_ok, redis_ok
 
@@ -158,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--brokers", type=int, default=1, metavar="N",
                        help="Kafka nodes (broker+controller each); 3 gives replication factor 3, min ISR 2")
     start.add_argument("--redis-cluster", action="store_true", help="a Redis Cluster: 3 masters, 1 replica each")
+    start.add_argument("--secure", action="store_true", help="Kafka behind SASL/SCRAM-SHA-512 and Redis behind an "
+                       "ACL user; credentials in <home>/stack/secure.env (single node only)")
     wipe = commands.add_parser("down", help="stop every node this stack started")
     wipe.add_argument("--wipe", action="store_true", help="also delete the data folder")
     commands.add_parser("status", help="show every node, partition leaders and ISR, Redis roles and slots")
@@ -168,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = StackSettings()
         if args.command == "up":
-            up(settings, echo, brokers=args.brokers, redis_cluster=args.redis_cluster)
+            up(settings, echo, brokers=args.brokers, redis_cluster=args.redis_cluster, secure=args.secure)
         elif args.command == "down":
             down(settings, args.wipe, echo)
         else:

@@ -42,13 +42,16 @@ def parse_bootstrap(bootstrap: str) -> Endpoint:
     return loopback_endpoint(host.strip("[]"), int(port), "kafka_bootstrap")
 
 
-def render_server_properties(broker: Endpoint, controller_port: int, log_dir: Path, partitions: int) -> str:
-    """server.properties of a single node acting as broker and KRaft controller."""
+def render_server_properties(broker: Endpoint, controller_port: int, log_dir: Path, partitions: int,
+                             *, listener: str = "PLAINTEXT", overrides: dict[str, str] | None = None) -> str:
+    """server.properties of a single node acting as broker and KRaft controller; `listener` names
+    the client listener and `overrides` replace or add properties (the secure stack's SASL ones)."""
     if controller_port == broker.port:
         raise StackError(f"kafka controller port {controller_port} equals the broker port")
     node = KafkaNode(NODE_ID, broker, Endpoint(broker.host, controller_port))
     quorum = {"controller.quorum.bootstrap.servers": str(node.controller)}
-    return _render(_node_properties(node, quorum, log_dir, partitions, Replication(1, 1)))
+    props = _node_properties(node, quorum, log_dir, partitions, Replication(1, 1), listener)
+    return _render({**props, **(overrides or {})})
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,10 @@ def render_cluster_node_properties(
 
 
 def _node_properties(
-    node: KafkaNode, quorum: dict[str, str], log_dir: Path, partitions: int, replication: Replication
+    node: KafkaNode, quorum: dict[str, str], log_dir: Path, partitions: int, replication: Replication,
+    listener: str = "PLAINTEXT",
 ) -> dict[str, str]:
-    listeners = f"PLAINTEXT://{node.broker},CONTROLLER://{node.controller}"
+    listeners = f"{listener}://{node.broker},CONTROLLER://{node.controller}"
     return {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
@@ -221,20 +225,23 @@ def formatted_cluster_id(log_dir: Path) -> str | None:
 
 
 def format_storage(
-    libs: Path, log4j: Path, server_properties: Path, log_file: Path, *, cluster_id: str | None = None
+    libs: Path, log4j: Path, server_properties: Path, log_file: Path, *, cluster_id: str | None = None,
+    secret_args: Sequence[str] = (),
 ) -> str:
     """Format a node's log dir once; returns its cluster id (a new one unless `cluster_id` is given).
 
     Without `cluster_id` the node is formatted as a standalone (one-voter, dynamic) quorum; with
-    it, as one of the static voters that its server.properties lists.
+    it, as one of the static voters that its server.properties lists. `secret_args` (the SCRAM
+    user) are passed on but never written to the log.
     """
     quorum = ["--standalone"] if cluster_id is None else []
     cluster_id = cluster_id or new_cluster_id()
     argv = java_argv(libs, log4j, STORAGE_TOOL, "format", *quorum, "-t", cluster_id, "-c", str(server_properties))
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = subprocess.run([*argv, *secret_args], capture_output=True, text=True, check=False)
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    hidden = f" ({len(secret_args)} secret arguments not shown)" if secret_args else ""
     with log_file.open("a") as log:
-        log.write(f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}")
+        log.write(f"$ {' '.join(argv)}{hidden}\n{result.stdout}{result.stderr}")
     if result.returncode != 0:
         raise StackError(f"formatting Kafka storage failed (see {log_file}):\n{result.stdout}{result.stderr}")
     return cluster_id

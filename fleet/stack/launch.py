@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis
+from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis, secure as stack_secure
 from fleet.stack.kafka_server import Replication
 from fleet.stack.layout import KafkaLayout, RedisLayout, Stack
 from fleet.stack.proc import Endpoint, Managed, StackError, pid_alive, port_open
@@ -31,14 +31,11 @@ def start_kafka_node(stack: Stack, layout: KafkaLayout, echo: Echo) -> Alive:
         stack_kafka.fetch_jars(stack.libs, echo)
     for folder in (layout.conf_dir, layout.data_dir, layout.log_dir):
         folder.mkdir(parents=True, exist_ok=True)
-    layout.server_properties.write_text(_server_properties(stack, layout))
+    credentials = stack.credentials() if stack.topology.secure else None
+    # Mode 600: the secure node's file holds the broker's own SCRAM password.
+    stack_secure.write_private(layout.server_properties, _server_properties(stack, layout, credentials))
     layout.log4j.write_text(stack_kafka.render_log4j(layout.log_dir))
-    if not stack_kafka.is_formatted(layout.data_dir):
-        cluster_id = _quorum_cluster_id(stack) if stack.topology.kafka_cluster else None
-        cluster_id = stack_kafka.format_storage(
-            stack.libs, layout.log4j, layout.server_properties, proc.log_file, cluster_id=cluster_id
-        )
-        echo(f"formatted {proc.name} storage in {layout.data_dir} (cluster id {cluster_id})")
+    _format_once(stack, layout, credentials, echo)
     settings = stack.settings
     heap_max = settings.kafka_node_heap_max if stack.topology.kafka_cluster else settings.kafka_heap_max
     argv = stack_kafka.java_argv(
@@ -54,12 +51,35 @@ def start_kafka_node(stack: Stack, layout: KafkaLayout, echo: Echo) -> Alive:
     return lambda: pid_alive(pid)
 
 
-def _server_properties(stack: Stack, layout: KafkaLayout) -> str:
+def _format_once(stack: Stack, layout: KafkaLayout, credentials: stack_secure.Credentials | None, echo: Echo) -> None:
+    """Format the node's storage unless it was; the secure stack's with its SCRAM user (and a mark
+    saying so, since a dir formatted without the user would refuse every login)."""
+    secure_mark = layout.data_dir / stack_secure.SECURE_MARK
+    if stack_kafka.is_formatted(layout.data_dir):
+        if credentials is not None and not secure_mark.exists():
+            raise StackError(f"{layout.data_dir} was formatted without --secure (no SCRAM user): "
+                             "`scripts/stack down --wipe`, then `up --secure`")
+        return
+    cluster_id = _quorum_cluster_id(stack) if stack.topology.kafka_cluster else None
+    cluster_id = stack_kafka.format_storage(
+        stack.libs, layout.log4j, layout.server_properties, layout.proc.log_file, cluster_id=cluster_id,
+        secret_args=stack_secure.scram_format_args(credentials) if credentials is not None else (),
+    )
+    if credentials is not None:
+        secure_mark.write_text(f"formatted with SCRAM user {stack_secure.USER}\n")
+    echo(f"formatted {layout.proc.name} storage in {layout.data_dir} (cluster id {cluster_id})")
+
+
+def _server_properties(stack: Stack, layout: KafkaLayout, credentials: stack_secure.Credentials | None) -> str:
     topology, settings = stack.topology, stack.settings
     if not topology.kafka_cluster:
+        node = layout.node
+        if credentials is None:
+            return stack_kafka.render_server_properties(node.broker, node.controller.port, layout.data_dir,
+                                                        settings.partitions)
         return stack_kafka.render_server_properties(
-            layout.node.broker, layout.node.controller.port, layout.data_dir, settings.partitions
-        )
+            node.broker, node.controller.port, layout.data_dir, settings.partitions,
+            listener=stack_secure.LISTENER, overrides=stack_secure.kafka_listener_properties(credentials))
     replication = Replication(topology.replication_factor, topology.min_insync_replicas)
     return stack_kafka.render_cluster_node_properties(
         layout.node, topology.kafka, layout.data_dir, settings.partitions, replication
@@ -92,6 +112,11 @@ def start_redis_node(stack: Stack, layout: RedisLayout, echo: Echo) -> Alive:
         )
     else:
         argv = stack_redis.redis_argv(server, layout.at, layout.data_dir, *memory)
+    if stack.topology.secure:
+        # The ACL user's password goes in a file of mode 600 (redis-server's first argument), not on its command line.
+        acl = stack.conf / "redis-secure.conf"
+        stack_secure.write_private(acl, stack_secure.redis_acl_config(stack.credentials()))
+        argv = [argv[0], str(acl), *argv[1:]]
     pid = proc.start(argv, cwd=stack.root)
     echo(f"started {proc.name} on {layout.at} (pid {pid}), log {proc.log_file}")
     return lambda: pid_alive(pid)

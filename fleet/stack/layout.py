@@ -19,8 +19,13 @@ from pathlib import Path
 from pydantic import Field
 
 from common.settings import FleetSettings
-from fleet.stack import kafka_server as stack_kafka, redis_server as stack_redis, topology as stack_topology
-from fleet.stack.proc import Endpoint, Managed
+from fleet.stack import (
+    kafka_server as stack_kafka,
+    redis_server as stack_redis,
+    secure as stack_secure,
+    topology as stack_topology,
+)
+from fleet.stack.proc import Endpoint, Managed, StackError
 from fleet.stack.topology import KafkaNode, Topology
 
 
@@ -83,7 +88,8 @@ class Stack:
     topology: Topology
 
     @classmethod
-    def planned(cls, settings: StackSettings, *, brokers: int = 1, redis_cluster: bool = False) -> Stack:
+    def planned(cls, settings: StackSettings, *, brokers: int = 1, redis_cluster: bool = False,
+                secure: bool = False) -> Stack:
         """The stack `up` starts for these flags, ports from the settings."""
         topology = stack_topology.plan(
             stack_kafka.parse_bootstrap(settings.kafka_bootstrap),
@@ -91,6 +97,7 @@ class Stack:
             stack_redis.parse_redis_url(settings.redis_url),
             brokers=brokers,
             redis_cluster=redis_cluster,
+            secure=secure,
         )
         return cls(settings, settings.home.resolve() / "stack", topology)
 
@@ -144,6 +151,24 @@ class Stack:
         markers = stack_redis.process_markers(at, cluster)
         return RedisLayout(at, Managed(tag, self.root / "run" / f"{tag}.pid", self.logs / f"{tag}.log", markers),
                            self.data / tag)
+
+    @property
+    def credentials_file(self) -> Path:
+        return stack_secure.credentials_file(self.root)
+
+    def credentials(self) -> stack_secure.Credentials:
+        """The secure stack's credentials (made and written to secure.env on first use)."""
+        return stack_secure.ensure_credentials(self.root, self.settings)
+
+    def client_settings(self) -> FleetSettings:
+        """Settings that reach this stack: the secure stack's credentials added when it has them."""
+        if not self.topology.secure:
+            return self.settings
+        found = stack_secure.load_credentials(self.credentials_file)
+        if found is None:
+            raise StackError(f"the stack runs secured but {self.credentials_file} is gone; "
+                             "`scripts/stack down` and `up --secure` again")
+        return found.client_settings(self.settings)
 
     def processes(self) -> list[Managed]:
         return [node.proc for node in self.kafka_nodes] + [node.proc for node in self.redis_nodes]

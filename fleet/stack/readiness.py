@@ -6,8 +6,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as aioredis
-from aiokafka.admin import AIOKafkaAdminClient
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -17,6 +15,8 @@ from tenacity import (
     wait_fixed,
 )
 
+from common.clients import new_admin, redis_client
+from common.settings import FleetSettings
 from fleet.stack.proc import StackError
 
 Echo = Callable[[str], None]
@@ -27,26 +27,29 @@ class ProcessExited(StackError):
 
 
 async def wait_for_kafka(
-    bootstrap: str,
+    settings: FleetSettings,
     timeout_s: float,
     *,
     brokers: int = 1,
     alive: Callable[[], bool] | None = None,
     progress: Echo | None = None,
 ) -> None:
-    """Return once Kafka at `bootstrap` answers a metadata request naming `brokers` brokers; StackError on timeout."""
-    await wait_until(lambda: _kafka_answers(bootstrap, brokers), f"kafka at {bootstrap}", timeout_s, alive, progress)
+    """Return once Kafka (settings.kafka_bootstrap, with the settings' credentials) answers a
+    metadata request naming `brokers` brokers; StackError on timeout."""
+    where = f"kafka at {settings.kafka_bootstrap}"
+    await wait_until(lambda: _kafka_answers(settings, brokers), where, timeout_s, alive, progress)
 
 
 async def wait_for_redis(
-    url: str, timeout_s: float, *, alive: Callable[[], bool] | None = None, progress: Echo | None = None
+    settings: FleetSettings, timeout_s: float, *, alive: Callable[[], bool] | None = None, progress: Echo | None = None
 ) -> None:
-    """Return once Redis at `url` answers PING; StackError on timeout."""
-    await wait_until(lambda: _redis_answers(url), f"redis at {url}", timeout_s, alive, progress)
+    """Return once Redis (settings.redis_url, with the settings' credentials) answers PING; StackError on timeout."""
+    where = f"redis at {settings.redis_url_redacted}"
+    await wait_until(lambda: _redis_answers(settings), where, timeout_s, alive, progress)
 
 
-async def _kafka_answers(bootstrap: str, brokers: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+async def _kafka_answers(settings: FleetSettings, brokers: int) -> None:
+    admin = new_admin(settings, request_timeout_ms=5000)
     try:
         await admin.start()
         cluster = await admin.describe_cluster()
@@ -57,8 +60,8 @@ async def _kafka_answers(bootstrap: str, brokers: int) -> None:
         await admin.close()
 
 
-async def _redis_answers(url: str) -> None:
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+async def _redis_answers(settings: FleetSettings) -> None:
+    client = redis_client(settings, socket_connect_timeout=2, socket_timeout=2)
     try:
         if not await client.ping():
             raise ConnectionError("PING was not answered")

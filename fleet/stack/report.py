@@ -78,7 +78,8 @@ def _lag_text(state: PartitionState) -> str:
 async def _redis_status(stack: Stack, echo: Echo) -> bool:
     layouts = stack.redis_nodes
     answered = await asyncio.gather(
-        *(answers(wait_for_redis(f"redis://{layout.at}/0", _ANSWER_TIMEOUT_S)) for layout in layouts)
+        *(answers(wait_for_redis(stack.settings.model_copy(update={"redis_url": f"redis://{layout.at}/0"}),
+                                 _ANSWER_TIMEOUT_S)) for layout in layouts)
     )
     view = await _cluster_view(layouts, answered) if stack.topology.redis_cluster else {}
     by_id = {node.node_id: node for node in view.values()}

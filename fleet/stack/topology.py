@@ -42,11 +42,13 @@ class KafkaNode:
 
 @dataclass(frozen=True)
 class Topology:
-    """Every node the stack runs; `redis_cluster` says whether the Redis nodes form one cluster."""
+    """Every node the stack runs; `redis_cluster` says whether the Redis nodes form one cluster,
+    `secure` whether Kafka and Redis want credentials (fleet/stack/secure.py)."""
 
     kafka: tuple[KafkaNode, ...]
     redis: tuple[Endpoint, ...]
     redis_cluster: bool
+    secure: bool = False
 
     @property
     def kafka_cluster(self) -> bool:
@@ -98,22 +100,27 @@ class Topology:
     def describe(self) -> str:
         kafka = f"{len(self.kafka)} Kafka node{'s' if self.kafka_cluster else ''}"
         redis = f"a Redis Cluster of {len(self.redis)} nodes" if self.redis_cluster else "one Redis"
-        return f"{kafka} and {redis}"
+        return f"{kafka} and {redis}" + (", secured (SASL/SCRAM, Redis ACL)" if self.secure else "")
 
 
 def plan(
-    kafka_at: Endpoint, controller_port: int, redis_at: Endpoint, *, brokers: int = 1, redis_cluster: bool = False
+    kafka_at: Endpoint, controller_port: int, redis_at: Endpoint, *, brokers: int = 1, redis_cluster: bool = False,
+    secure: bool = False,
 ) -> Topology:
     """The nodes for `brokers` Kafka nodes and one Redis or a Redis Cluster, from the base ports."""
     if not 1 <= brokers <= MAX_BROKERS:
         raise StackError(f"--brokers {brokers}: the local stack runs 1 to {MAX_BROKERS} Kafka nodes")
+    if secure and (brokers > 1 or redis_cluster):
+        # The secure stack exists to prove the fleet's clients authenticate; one node of each
+        # does that, and credentials for a quorum and a Redis Cluster's bus are not built.
+        raise StackError("--secure runs one Kafka node and one Redis; drop --brokers / --redis-cluster")
     kafka = tuple(
         KafkaNode(i + 1, Endpoint(LOOPBACK, kafka_at.port + 2 * i), Endpoint(LOOPBACK, controller_port + 2 * i))
         for i in range(brokers)
     )
     redis_count = REDIS_CLUSTER_MASTERS * (1 + REDIS_CLUSTER_REPLICAS_PER_MASTER) if redis_cluster else 1
     redis = tuple(Endpoint(redis_at.host, redis_at.port + j) for j in range(redis_count))
-    topology = Topology(kafka, redis, redis_cluster)
+    topology = Topology(kafka, redis, redis_cluster, secure)
     ports = topology.ports()
     clashes = sorted({port for port in ports if ports.count(port) > 1})
     if clashes:
@@ -132,6 +139,7 @@ def save(path: Path, topology: Topology) -> None:
         ],
         "redis_ports": [node.port for node in topology.redis],
         "redis_cluster": topology.redis_cluster,
+        "secure": topology.secure,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -153,7 +161,7 @@ def load(path: Path) -> Topology | None:
             for n in document["kafka"]
         )
         redis = tuple(_loopback(port) for port in document["redis_ports"])
-        return Topology(kafka, redis, bool(document["redis_cluster"]))
+        return Topology(kafka, redis, bool(document["redis_cluster"]), bool(document.get("secure", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise StackError(f"the topology file {path} is malformed ({exc!r}); delete it if no stack runs") from exc
 

@@ -15,9 +15,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
+from common.clients import new_consumer, new_producer, redis_client
 from common.settings import FleetSettings
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
 from common.topics import partitions_of
@@ -36,8 +37,8 @@ MODEL = "minilm-embed"
 async def stack() -> FleetSettings:
     settings = FleetSettings()
     try:
-        await wait_for_kafka(settings.kafka_bootstrap, 20)
-        await wait_for_redis(settings.redis_url, 10)
+        await wait_for_kafka(settings, 20)
+        await wait_for_redis(settings, 10)
     except Exception as exc:
         pytest.fail(f"the local stack does not answer ({exc}); start it with `scripts/stack up`")
     return settings
@@ -57,7 +58,7 @@ def backend(worker_settings: WorkerSettings) -> Backend:
 
 @pytest.fixture(scope="session")
 async def redis(stack: FleetSettings) -> AsyncIterator[Redis]:
-    client = Redis.from_url(stack.redis_url)
+    client = redis_client(stack)
     yield client
     await client.aclose()
 
@@ -135,20 +136,20 @@ def start_worker(processes: list[Process], tmp_path: Path, name: str, **env: str
     return process
 
 
-async def end_offsets(bootstrap: str, topic: str) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+async def end_offsets(settings: FleetSettings, topic: str) -> dict[TopicPartition, int]:
+    consumer = new_consumer(settings)
     await consumer.start()
     try:
-        partitions = await partitions_of(bootstrap, topic)
+        partitions = await partitions_of(settings, topic)
         return await consumer.end_offsets(partitions) if partitions else {}
     finally:
         await consumer.stop()
 
 
-async def read_from(bootstrap: str, offsets: dict[TopicPartition, int], *, until: Callable[[list[bytes]], bool],
+async def read_from(settings: FleetSettings, offsets: dict[TopicPartition, int], *, until: Callable[[list[bytes]], bool],
                     timeout_s: float = 30) -> list[bytes]:
     """Values on the given partitions after `offsets`, until `until(values)` holds or time runs out."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = new_consumer(settings, enable_auto_commit=False)
     await consumer.start()
     values: list[bytes] = []
     try:
@@ -166,7 +167,7 @@ async def read_from(bootstrap: str, offsets: dict[TopicPartition, int], *, until
 
 @pytest.fixture(scope="session")
 async def producer(stack: FleetSettings) -> AsyncIterator[AIOKafkaProducer]:
-    raw = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap, acks="all")
+    raw = new_producer(stack, linger_ms=0, enable_idempotence=False)
     await raw.start()
     yield raw
     await raw.stop()

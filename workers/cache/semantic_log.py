@@ -30,10 +30,10 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 
-from common.topics import partitions_of
+from common.clients import new_consumer
+from common.settings import FleetSettings
+from common.topics import ensure_topics, partitions_of
 from workers.cache.semantic import SemanticCache, entry_key
 
 log = logging.getLogger(__name__)
@@ -74,19 +74,9 @@ def decode_entry(value: bytes, dim: int) -> SemanticEntry:
     return entry
 
 
-async def ensure_compacted_topic(bootstrap: str, topic: str) -> None:
+async def ensure_compacted_topic(settings: FleetSettings, topic: str) -> None:
     """Create the topic with cleanup.policy=compact when missing (an existing topic is left alone)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        if topic in set(await admin.list_topics()):
-            return
-        try:
-            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, topic_configs=COMPACTED)])
-        except TopicAlreadyExistsError:
-            pass  # another worker created it between list and create
-    finally:
-        await admin.close()
+    await ensure_topics(settings, [topic], 1, configs=COMPACTED)
 
 
 class SemanticLog:
@@ -96,11 +86,11 @@ class SemanticLog:
     to any group: every worker reads the whole topic.
     """
 
-    def __init__(self, cache: SemanticCache, *, bootstrap: str, topic: str, producer: AIOKafkaProducer | None = None,
+    def __init__(self, cache: SemanticCache, *, settings: FleetSettings, topic: str, producer: AIOKafkaProducer | None = None,
                  generation: int = 0, poll_ms: int = 200, replay_timeout_s: float = 120.0) -> None:
         self.cache = cache
         self.topic = topic
-        self._bootstrap = bootstrap
+        self._settings = settings
         self._producer = producer
         self._generation = generation
         self._poll_ms = poll_ms
@@ -141,13 +131,12 @@ class SemanticLog:
         in the background. Returns how many entries the replay stored."""
         if self._consumer is not None:
             raise RuntimeError("SemanticLog already started")
-        await ensure_compacted_topic(self._bootstrap, self.topic)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest")
+        await ensure_compacted_topic(self._settings, self.topic)
+        consumer = new_consumer(self._settings, enable_auto_commit=False, auto_offset_reset="earliest")
         await consumer.start()
         self._consumer = consumer
         try:
-            partitions = await partitions_of(self._bootstrap, self.topic)
+            partitions = await partitions_of(self._settings, self.topic)
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             loaded = await self._replay(consumer, await consumer.end_offsets(partitions))

@@ -136,7 +136,7 @@ class SemanticTier:
                                   capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
                                   false_hit_budget=settings.semantic_false_hit_budget,
                                   min_verifications=settings.semantic_min_verifications)
-            semantic_log = SemanticLog(cache, bootstrap=settings.kafka_bootstrap, producer=self._producer,
+            semantic_log = SemanticLog(cache, settings=settings, producer=self._producer,
                                        topic=semantic_cache_topic(self._model, version), generation=self._generation)
             loaded = await semantic_log.start()
             log.info("semantic cache of %s rebuilt from its topic: %d entries", version, loaded)

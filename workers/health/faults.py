@@ -7,8 +7,10 @@
 Faults happen at the device boundary (`run`), so the worker sees exactly the errors a real
 backend raises (`DeviceError`, `DeviceOutOfMemory`) and its recovery paths are the real ones.
 
-Safety: nothing is injected unless `fault_injection` is on, and a production process with
-any fault setting refuses to start, so a stray environment variable cannot break production.
+Safety: nothing is injected unless `fault_injection` is on, a process with any fault setting
+refuses to start unless FLEET_ALLOW_FAULT_INJECTION=1 says faults are wanted, whatever the
+environment is called, and a production one refuses even then, so a stray environment variable
+cannot break production.
 """
 
 from __future__ import annotations
@@ -27,26 +29,7 @@ from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
-PRODUCTION = "production"
 INJECTED = "injected fault"  # every injected error says so, so a drill is never mistaken for a real failure
-
-
-def configured_faults(settings: WorkerSettings) -> list[str]:
-    """The fault_* settings that ask for a fault, as `name=value`."""
-    faults = []
-    if settings.fault_injection:
-        faults.append("fault_injection=True")
-    if settings.fault_error_rate > 0:
-        faults.append(f"fault_error_rate={settings.fault_error_rate}")
-    if settings.fault_oom_above_batch is not None:
-        faults.append(f"fault_oom_above_batch={settings.fault_oom_above_batch}")
-    if settings.fault_fail_after_records is not None:
-        faults.append(f"fault_fail_after_records={settings.fault_fail_after_records}")
-    if settings.fault_inference_error_rate > 0:
-        faults.append(f"fault_inference_error_rate={settings.fault_inference_error_rate}")
-    if settings.fault_probe_fails:
-        faults.append("fault_probe_fails=True")
-    return faults
 
 
 class InjectedInferenceError(RuntimeError):
@@ -84,12 +67,13 @@ class FaultInjector:
     def from_settings(cls, settings: WorkerSettings, *, seed: int = 0) -> FaultInjector:
         """The injector the settings ask for; a no-op unless `fault_injection` is on.
 
-        Raises ValueError when any fault setting is present in production.
+        Raises ValueError when any fault setting is present without allow_fault_injection, or in
+        production (checked here too: settings changed with model_copy skip their validators).
         """
-        faults = configured_faults(settings)
-        if faults and settings.environment.strip().lower() == PRODUCTION:
-            raise ValueError(f"fault injection is refused in production (environment={settings.environment!r}); "
-                             f"unset {', '.join(faults)}")
+        refusal = settings.fault_refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
+        faults = settings.fault_settings()
         if not settings.fault_injection:
             if faults:
                 log.warning("fault settings %s ignored: fault_injection is off", ", ".join(faults))

@@ -4,7 +4,8 @@ that compares a batch (workers/shadow/engine.py); they differ only in how they r
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
-from common.clients import open_clients
+from common.credentials import verify_credentials
+from common.startup import open_clients
 from schemas.names import comparisons_topic, requests_topic
 from workers.membership import KafkaMember
 from workers.shadow.engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics
@@ -32,6 +33,7 @@ class ShadowMember(KafkaMember):
 
     async def _open_engine(self) -> ShadowEngine:
         """Its topics are the requests and the comparisons; a shadow never delivers results."""
+        await verify_credentials(self.settings)
         redis, producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=5,
             topics=[requests_topic(self.settings.model), comparisons_topic(self.settings.model)])

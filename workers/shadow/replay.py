@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
-from common.clients import kafka_options
+from common.clients import new_consumer
 from common.topics import partitions_of
 from schemas.wire import now_ms
 from workers.shadow.member import ShadowMember
@@ -98,14 +98,14 @@ class ShadowReplay(ShadowMember):
     async def _open(self) -> None:
         await self._open_engine()
         # Group-less: manual assignment and no commits, so no consumer group's position moves.
-        self._consumer = AIOKafkaConsumer(**kafka_options(self.settings), enable_auto_commit=False, group_id=None,
-                                          max_poll_records=self.settings.max_batch_size)
+        self._consumer = new_consumer(self.settings, enable_auto_commit=False, group_id=None,
+                                     max_poll_records=self.settings.max_batch_size)
         await self._consumer.start()
 
     async def ranges(self) -> dict[TopicPartition, tuple[int, int]]:
         """Per partition, the [first, end) offsets the window covers, as of now."""
         consumer = self._require_consumer()
-        partitions = await partitions_of(self.settings.kafka_bootstrap, self.topic)
+        partitions = await partitions_of(self.settings, self.topic)
         if self.window.partitions is not None:
             partitions = [tp for tp in partitions if tp.partition in self.window.partitions]
         if not partitions:

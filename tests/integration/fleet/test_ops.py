@@ -83,25 +83,25 @@ async def test_scaling_one_two_one_under_load_loses_no_request(client: FleetClie
     base = ScaleSettings()
     # Workers of this test live under tmp_path; the model registry stays the shared one.
     settings = base.model_copy(update={"home": tmp_path, "model_dir": base.registry_dir.resolve()})
-    bootstrap = settings.kafka_bootstrap
+    kafka = settings
     results_topic = f"fleet.results.test-{new_request_id()[:12]}"
-    await ensure_topics(bootstrap, [results_topic], 4)
-    start = await end_offsets(bootstrap, results_topic)
+    await ensure_topics(kafka, [results_topic], 4)
+    start = await end_offsets(kafka, results_topic)
     local = LocalWorkers(settings, MODEL)
     produced: list[Request] = []
     stop_publishing = asyncio.Event()
     try:
-        partitions = len(await partitions_of(bootstrap, requests_topic(MODEL)))
+        partitions = len(await partitions_of(kafka, requests_topic(MODEL)))
         with pytest.raises(ScaleRefused, match="partitions"):
             await scale(settings, MODEL, partitions + 1)
         await scale(settings, MODEL, 1, extra_env=WORKER_ENV)
         publishing = asyncio.create_task(publish_paced_until(client, results_topic, stop_publishing, produced))
-        await read_from(bootstrap, start, until=lambda v: len(v) >= 100, timeout_s=60)
+        await read_from(kafka, start, until=lambda v: len(v) >= 100, timeout_s=60)
         await scale(settings, MODEL, 2, extra_env=WORKER_ENV)
         assert [(w.worker_id, w.alive) for w in local.status()] == [(f"{MODEL}-w1", True), (f"{MODEL}-w2", True)]
         assert (await scale(settings, MODEL, 2)).changes_nothing, "scaling to the current count is a no-op"
         # Let the second worker take partitions and serve under load before it leaves again.
-        await read_from(bootstrap, start, until=lambda v: sum(Result.decode(x).worker == f"{MODEL}-w2"
+        await read_from(kafka, start, until=lambda v: sum(Result.decode(x).worker == f"{MODEL}-w2"
                                                                 for x in v) >= 50, timeout_s=90)
         await scale(settings, MODEL, 1)
         await asyncio.sleep(2)  # requests keep arriving after the scale-down, for the remaining worker
@@ -112,7 +112,7 @@ async def test_scaling_one_two_one_under_load_loses_no_request(client: FleetClie
         def all_answered(values: list[bytes]) -> bool:
             return len(values) >= len(expected) and expected <= {Result.decode(v).id for v in values}
 
-        results = [Result.decode(v) for v in await read_from(bootstrap, start, until=all_answered, timeout_s=180)]
+        results = [Result.decode(v) for v in await read_from(kafka, start, until=all_answered, timeout_s=180)]
     finally:
         stop_publishing.set()
         await scale(settings, MODEL, 0)
@@ -130,22 +130,22 @@ async def test_scaling_one_two_one_under_load_loses_no_request(client: FleetClie
 
 async def test_lag_drops_to_zero_once_a_burst_worker_drains(client: FleetClient, worker_settings: WorkerSettings,
                                                              backend: Backend) -> None:
-    bootstrap = client.settings.kafka_bootstrap
+    kafka = client.settings
     await drain(worker_settings, backend)  # start from a caught-up group with committed offsets
     await publish_all(client, [client.build_request(MODEL, f"lag probe {i}", timeout=300, reply=ReplyTo())
                                for i in range(LAG_BURST)])
 
-    [behind] = await collect_lag(bootstrap, [MODEL], interval_s=0.5)
+    [behind] = await collect_lag(kafka, [MODEL], interval_s=0.5)
     print(f"\nbefore draining:\n{lag_table([behind])}")
     assert behind.group == MODEL and behind.lag == LAG_BURST
     assert behind.rate_per_s == 0 and math.isinf(behind.drain_s), "nobody consumes: stalled"
 
     draining = asyncio.create_task(drain(worker_settings, backend))
-    during = await collect_lag(bootstrap, [MODEL], interval_s=1.0)
+    during = await collect_lag(kafka, [MODEL], interval_s=1.0)
     print(f"while a burst worker drains:\n{lag_table(during)}")
     assert await draining >= LAG_BURST
 
-    every = await collect_lag(bootstrap, None, interval_s=0.5)
+    every = await collect_lag(kafka, None, interval_s=0.5)
     print(f"after draining (every fleet group):\n{lag_table(every)}")
     [after] = [group for group in every if group.group == MODEL]
     assert after.lag == 0 and after.drain_s == 0

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer
 from redis.asyncio import Redis
 
 from common.auth_keys import create_key, key_digest, new_key
+from common.clients import new_consumer
+from common.settings import FleetSettings
 from common.topics import ensure_topics, partitions_of
 from gateway.app import create_app
 from gateway.client import FleetClient
@@ -137,14 +138,14 @@ class ThrowawayRedis:
 
 
 @asynccontextmanager
-async def echo_worker(bootstrap: str, model: str, redis: Redis) -> AsyncIterator[None]:
+async def echo_worker(settings: FleetSettings, model: str, redis: Redis) -> AsyncIterator[None]:
     """Answers every request on the model's topic with an ok result through `redis`, as a worker
     would (Redis being away for longer than its few retries, that reply is lost)."""
     topic = requests_topic(model)
-    await ensure_topics(bootstrap, [topic], 1)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
+    await ensure_topics(settings, [topic], 1)
+    consumer = new_consumer(settings, enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
-    partitions = await partitions_of(bootstrap, topic)
+    partitions = await partitions_of(settings, topic)
     consumer.assign(partitions)
     await consumer.seek_to_end(*partitions)
     for tp in partitions:

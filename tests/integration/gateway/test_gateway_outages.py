@@ -119,7 +119,7 @@ async def test_reply_reader_recovers_when_redis_returns(stack: FleetSettings, tm
     replies = Redis.from_url(redis_server.url, socket_connect_timeout=1, socket_timeout=2)
     client = FleetClient(settings)
     try:
-        async with in_process(settings, client, **keys) as http, echo_worker(stack.kafka_bootstrap, RECOVERY_MODEL, replies):
+        async with in_process(settings, client, **keys) as http, echo_worker(stack, RECOVERY_MODEL, replies):
             assert await _infer_ok(http)
             waiting = client.waiter.expect(SOME_ID)  # a wait registered before the outage
             redis_server.stop()

@@ -71,7 +71,7 @@ async def test_a_candidate_that_breaches_the_error_gate_is_rolled_back_by_itself
         client: FleetClient, redis: Redis, worker_settings: WorkerSettings, backend: Backend,
         versions: tuple[str, str]) -> None:
     stable, candidate = versions
-    faulty = worker_settings.model_copy(update={"pointer_poll_s": 0.05, "fault_injection": True,
+    faulty = worker_settings.model_copy(update={"pointer_poll_s": 0.05, "fault_injection": True, "allow_fault_injection": True,
                                                 "fault_inference_error_rate": 0.5, "fault_versions": [candidate]})
     result, reason, now_stable = await roll_out(client, redis, faulty, backend, candidate)
     print(f"\nrollout of a faulty candidate: {result}: {reason}")

@@ -23,10 +23,10 @@ async def publish_paced(client: FleetClient, requests: list[Request]) -> None:
 
 
 async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes: list[Process], tmp_path: Path) -> None:
-    bootstrap = client.settings.kafka_bootstrap
+    kafka = client.settings
     results_topic = f"fleet.results.test-{new_request_id()[:12]}"
-    await ensure_topics(bootstrap, [results_topic], 4)
-    start = await end_offsets(bootstrap, results_topic)
+    await ensure_topics(kafka, [results_topic], 4)
+    start = await end_offsets(kafka, results_topic)
     victim = start_worker(processes, tmp_path, "victim")
 
     requests = [client.build_request(MODEL, f"load item {i} about order {i * 13}", timeout=300,
@@ -34,7 +34,7 @@ async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes:
     expected = {r.id for r in requests}
     publishing = asyncio.create_task(publish_paced(client, requests))
 
-    seen = await read_from(bootstrap, start, until=lambda v: len(v) >= LOAD // 4, timeout_s=120)
+    seen = await read_from(kafka, start, until=lambda v: len(v) >= LOAD // 4, timeout_s=120)
     victim.stop(signal.SIGKILL)
     killed_at = time.monotonic()
     assert victim.popen.returncode == -signal.SIGKILL
@@ -44,7 +44,7 @@ async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes:
     def all_answered(values: list[bytes]) -> bool:
         return len(values) >= LOAD and expected <= {Result.decode(v).id for v in values}
 
-    values = await read_from(bootstrap, start, until=all_answered, timeout_s=180)
+    values = await read_from(kafka, start, until=all_answered, timeout_s=180)
     results = [Result.decode(v) for v in values]
     counts = Counter(r.id for r in results)
     missing = expected - set(counts)
@@ -60,16 +60,16 @@ async def test_sigkilled_worker_loses_no_request(client: FleetClient, processes:
 
 async def test_sigterm_finishes_the_batch_in_hand_and_leaves_cleanly(client: FleetClient, processes: list[Process],
                                                                      tmp_path: Path) -> None:
-    bootstrap = client.settings.kafka_bootstrap
+    kafka = client.settings
     results_topic = f"fleet.results.test-{new_request_id()[:12]}"
-    await ensure_topics(bootstrap, [results_topic], 4)
-    start = await end_offsets(bootstrap, results_topic)
+    await ensure_topics(kafka, [results_topic], 4)
+    start = await end_offsets(kafka, results_topic)
     leaving = start_worker(processes, tmp_path, "leaving")
     requests = [client.build_request(MODEL, f"graceful item {i}", timeout=300, reply=ReplyTo(topic=results_topic))
                 for i in range(400)]
     expected = {r.id for r in requests}
     publishing = asyncio.create_task(publish_paced(client, requests))
-    await read_from(bootstrap, start, until=lambda v: len(v) >= 50, timeout_s=60)
+    await read_from(kafka, start, until=lambda v: len(v) >= 50, timeout_s=60)
     assert leaving.stop(signal.SIGTERM) == 0, leaving.log_path.read_text()[-2000:]
     start_worker(processes, tmp_path, "staying")
     await publishing
@@ -77,7 +77,7 @@ async def test_sigterm_finishes_the_batch_in_hand_and_leaves_cleanly(client: Fle
     def all_answered(values: list[bytes]) -> bool:
         return expected <= {Result.decode(v).id for v in values}
 
-    results = [Result.decode(v) for v in await read_from(bootstrap, start, until=all_answered, timeout_s=120)]
+    results = [Result.decode(v) for v in await read_from(kafka, start, until=all_answered, timeout_s=120)]
     counts = Counter(r.id for r in results)
     duplicates = sum(n - 1 for n in counts.values() if n > 1)
     print(f"\nSIGTERM: results {len(results)}, duplicates {duplicates}, by worker {dict(Counter(r.worker for r in results))}")

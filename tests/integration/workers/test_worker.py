@@ -31,7 +31,7 @@ async def test_burst_worker_drains_and_answers_with_provenance(client: FleetClie
 async def test_malformed_and_incomplete_messages_go_to_dlq_and_worker_keeps_serving(
         client: FleetClient, producer, worker_settings: WorkerSettings, backend: Backend) -> None:  # type: ignore[no-untyped-def]
     async with Worker(worker_settings, backend=backend) as worker:
-        before = await end_offsets(worker_settings.kafka_bootstrap, DLQ_TOPIC)
+        before = await end_offsets(worker_settings, DLQ_TOPIC)
         marker = new_request_id()
         garbage = b"\xc1\xc1 not msgpack " + marker.encode()
         incomplete = msgpack.packb({"v": 1, "id": marker, "model": MODEL, "inputs": {"text": "x"}})
@@ -42,7 +42,7 @@ async def test_malformed_and_incomplete_messages_go_to_dlq_and_worker_keeps_serv
         good_after = await client.submit(MODEL, "a good request after bad ones")
         await worker.run(burst=True)
         assert worker.processed >= 4
-    letters = [DeadLetter.decode(v) for v in await read_from(worker_settings.kafka_bootstrap, before, until=lambda v: len(v) >= 2)]
+    letters = [DeadLetter.decode(v) for v in await read_from(worker_settings, before, until=lambda v: len(v) >= 2)]
     by_original = {letter.original: letter for letter in letters}
     assert "not msgpack" in by_original[garbage].reason
     assert "deadline_ms" in by_original[incomplete].reason and "submitted_ms" in by_original[incomplete].reason

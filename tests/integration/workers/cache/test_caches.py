@@ -133,7 +133,7 @@ async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redi
     wrong = SemanticEntry(SEEDS[0], encoder.infer([SEEDS[0]])[0], pack_outputs({"label": "delete_account"}),
                           generation)
     poisoned = SemanticCache(encoder.manifest.embedding_dim)
-    async with SemanticLog(poisoned, bootstrap=stack.kafka_bootstrap, topic=semantic_cache_topic(FAQ, version),
+    async with SemanticLog(poisoned, settings=stack, topic=semantic_cache_topic(FAQ, version),
                            producer=client.producer) as log:
         await log.publish([wrong])
     async with Serving(settings) as worker:

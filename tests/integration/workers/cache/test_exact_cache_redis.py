@@ -132,7 +132,7 @@ async def test_cli_clear_and_stats(redis: Redis, stack: FleetSettings, capsys: p
     await cache(model, redis).put_many(version(model, 2), [(digest, b"two"), ("ab" * 16, b"three")])
     mine = [semantic_cache_topic(model, version(model, 1)), semantic_cache_topic(model, version(model, 2))]
     neighbour = semantic_cache_topic(f"{model}.x", f"{model}.x-20250101-001")  # a model whose name extends ours
-    await ensure_topics(stack.kafka_bootstrap, [*mine, neighbour], 1)
+    await ensure_topics(stack, [*mine, neighbour], 1)
 
     assert await cache_cli.stats(redis, model) == Exit.OK
     printed = capsys.readouterr().out

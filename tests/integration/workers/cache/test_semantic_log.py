@@ -60,7 +60,7 @@ async def cleanup_policy(bootstrap: str, topic: str) -> str:
 async def test_a_later_worker_loads_what_another_published_and_a_running_one_follows(
         stack: FleetSettings, producer: AIOKafkaProducer) -> None:
     topic = semantic_cache_topic(f"test-semantic-{uuid.uuid4().hex[:8]}", "v1")
-    first = SemanticLog(SemanticCache(DIM), bootstrap=stack.kafka_bootstrap, topic=topic, producer=producer)
+    first = SemanticLog(SemanticCache(DIM), settings=stack, topic=topic, producer=producer)
     assert await first.start() == 0  # creates the topic, compacted
     try:
         assert await cleanup_policy(stack.kafka_bootstrap, topic) == "compact"
@@ -68,7 +68,7 @@ async def test_a_later_worker_loads_what_another_published_and_a_running_one_fol
         # The publisher's own follower re-adds its entries: the cache holds each text once.
         assert await until(lambda: first.cache.entries == 5)
 
-        async with SemanticLog(SemanticCache(DIM), bootstrap=stack.kafka_bootstrap, topic=topic) as second:
+        async with SemanticLog(SemanticCache(DIM), settings=stack, topic=topic) as second:
             assert second.loaded == 5
             assert answered(second.cache, 3) == msgpack.packb({"label": "intent-3"})
             await first.publish([entry(5), entry(6)])
@@ -86,14 +86,14 @@ async def test_a_later_worker_loads_what_another_published_and_a_running_one_fol
         await first.stop()
         await first.stop()  # idempotent
 
-    third = SemanticLog(SemanticCache(DIM), bootstrap=stack.kafka_bootstrap, topic=topic, generation=2)
+    third = SemanticLog(SemanticCache(DIM), settings=stack, topic=topic, generation=2)
     assert await third.start() == 1  # only the generation-2 entry survives the replay
     await third.stop()
 
 
 async def test_malformed_records_are_skipped_not_fatal(stack: FleetSettings, producer: AIOKafkaProducer) -> None:
     topic = semantic_cache_topic(f"test-semantic-{uuid.uuid4().hex[:8]}", "v1")
-    log = SemanticLog(SemanticCache(DIM), bootstrap=stack.kafka_bootstrap, topic=topic, producer=producer)
+    log = SemanticLog(SemanticCache(DIM), settings=stack, topic=topic, producer=producer)
     await log.start()
     try:
         await producer.send_and_wait(topic, value=b"\xc1not msgpack", key=b"bad")

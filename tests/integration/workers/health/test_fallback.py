@@ -38,7 +38,7 @@ def fallback_settings(base: WorkerSettings) -> WorkerSettings:
 async def test_device_failure_mid_load_loses_nothing_and_marks_late_answers_degraded(
         client: FleetClient, serve, worker_settings: WorkerSettings, redis: Redis) -> None:  # type: ignore[no-untyped-def]
     primary = worker_settings.model_copy(update={
-        "worker_id": "gpu-primary", "fault_injection": True, "fault_fail_after_records": 300,
+        "worker_id": "gpu-primary", "fault_injection": True, "allow_fault_injection": True, "fault_fail_after_records": 300,
         "health_max_consecutive_errors": 2, "health_probe_interval_s": 0.5})
     async with serve(fallback_settings(worker_settings)) as fallback, serve(primary):
         takeover = asyncio.create_task(PrimaryTakeover(fallback, grace_s=0.5).watch())
@@ -118,7 +118,7 @@ async def test_oom_above_16_splits_batches_and_the_cap_recovers(client: FleetCli
                                                                 redis: Redis) -> None:
     from workers.worker import Worker
 
-    settings = worker_settings.model_copy(update={"fault_injection": True, "fault_oom_above_batch": 16,
+    settings = worker_settings.model_copy(update={"fault_injection": True, "allow_fault_injection": True, "fault_oom_above_batch": 16,
                                                   "max_batch_size": 32, "oom_clean_period_s": 0.2})
     async with Worker(settings, backend=backend) as worker:
         await worker.run(burst=True)

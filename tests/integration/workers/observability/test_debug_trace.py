@@ -17,7 +17,7 @@ async def test_debug_mode_records_redacted_requests_and_stops_by_itself(client: 
                                                                         worker_settings: WorkerSettings,
                                                                         redis: Redis) -> None:
     async with serve(worker_settings.model_copy(update={"debug_switch_refresh_s": SWITCH_REFRESH_S})) as worker:
-        start = await end_offsets(client.settings.kafka_bootstrap, TRACE_TOPIC)
+        start = await end_offsets(client.settings, TRACE_TOPIC)
         await switch_on(redis, MODEL, SWITCH_S)
         traced = await client.infer(MODEL, "I am jane.doe@example.com, card 4111 1111 1111 1111", timeout=30)
         for _ in range(50):  # traces are written just after the reply is delivered
@@ -35,7 +35,7 @@ async def test_debug_mode_records_redacted_requests_and_stops_by_itself(client: 
         flagged = await client.infer(MODEL, "flagged call from +49 30 1234567", timeout=30,
                                      options=RequestOptions(debug=True))
 
-    values = await read_from(client.settings.kafka_bootstrap, start, until=lambda v: len(v) >= 2, timeout_s=10)
+    values = await read_from(client.settings, start, until=lambda v: len(v) >= 2, timeout_s=10)
     traces = {t.id: t for t in (TraceRecord.decode(v) for v in values)}
     record = traces[traced.id]
     assert record.input == "I am <email>, card <card>"

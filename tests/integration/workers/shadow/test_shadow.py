@@ -64,7 +64,7 @@ def versions() -> Versions:
 @pytest.fixture
 async def model(stack: FleetSettings, redis: Redis) -> AsyncIterator[str]:
     name = f"shadowtest-{secrets.token_hex(4)}"
-    await ensure_topics(stack.kafka_bootstrap, [requests_topic(name), comparisons_topic(name)], 2)
+    await ensure_topics(stack, [requests_topic(name), comparisons_topic(name)], 2)
     yield name
     await redis.delete(versions_key(name))
 
@@ -88,7 +88,7 @@ async def comparisons_of(stack: FleetSettings, model: str, until: Callable[[list
     give_up = time.monotonic() + 20
     found: list[Comparison] = []
     while not until(found) and time.monotonic() < give_up:
-        found = await recent_comparisons(stack.kafka_bootstrap, model, 10_000)
+        found = await recent_comparisons(stack, model, 10_000)
     return found
 
 
@@ -141,7 +141,7 @@ async def test_shadow_compares_every_request_and_recomputes_missing_live_results
     assert await redis.mget(list(map(result_key, written))) == list(written.values())
     assert await redis.exists(*[result_key(r.id) for r in requests if r.id not in written]) == 0
     assert await redis.exists(reply_stream(f"waiter-{model}")) == 0
-    assert await partitions_of(stack.kafka_bootstrap, f"fleet.results.{model}") == []
+    assert await partitions_of(stack, f"fleet.results.{model}") == []
 
     built = await build_report(shadow_settings(model), model, None, 2000)
     assert built is not None

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.typing as npt
 import pytest
+from pydantic import ValidationError
 
 from models.backends.base import Backend, Encoded
 from models.backends.errors import DeviceError, DeviceOutOfMemory
@@ -58,12 +59,13 @@ def texts(n: int) -> list[str]:
 
 
 def settings(**faults: object) -> WorkerSettings:
-    return WorkerSettings.model_validate({"fault_injection": True, **faults})
+    return WorkerSettings.model_validate({"fault_injection": True, "allow_fault_injection": True, **faults})
 
 
 def test_fault_settings_do_nothing_without_the_master_switch() -> None:
     injector = FaultInjector.from_settings(WorkerSettings(fault_error_rate=1.0, fault_oom_above_batch=1,
-                                                          fault_fail_after_records=0, fault_probe_fails=True))
+                                                          fault_fail_after_records=0, fault_probe_fails=True,
+                                                          allow_fault_injection=True))
     assert not injector.enabled
     inner = CountingBackend()
     assert injector.wrap(inner) is inner, "no wrapper, no overhead when off"
@@ -78,10 +80,32 @@ def test_fault_settings_do_nothing_without_the_master_switch() -> None:
 @pytest.mark.parametrize("faults", [{"fault_injection": True}, {"fault_error_rate": 0.1},
                                     {"fault_oom_above_batch": 8}, {"fault_fail_after_records": 100},
                                     {"fault_probe_fails": True}])
-def test_production_refuses_any_fault_setting(faults: dict[str, object]) -> None:
-    production = WorkerSettings.model_validate({"environment": "production", **faults})
+def test_production_refuses_any_fault_setting_even_when_allowed(faults: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match="refused in production"):
+        WorkerSettings.model_validate({"environment": "production", "allow_fault_injection": True, **faults})
+    copied = WorkerSettings(environment="production").model_copy(update={"allow_fault_injection": True, **faults})
     with pytest.raises(ValueError, match="refused in production"):
-        FaultInjector.from_settings(production)
+        FaultInjector.from_settings(copied)
+
+
+@pytest.mark.parametrize("environment", ["development", "staging", "prod-eu", "Production-2", "drill"])
+@pytest.mark.parametrize("faults", [{"fault_injection": True}, {"fault_error_rate": 0.1},
+                                    {"fault_fail_after_records": 0}, {"fault_probe_fails": True}])
+def test_any_fault_setting_needs_the_explicit_allowance(environment: str, faults: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match="FLEET_ALLOW_FAULT_INJECTION=1"):
+        WorkerSettings.model_validate({"environment": environment, **faults})
+    copied = WorkerSettings(environment=environment).model_copy(update=faults)  # skips the validators
+    with pytest.raises(ValueError, match="FLEET_ALLOW_FAULT_INJECTION=1"):
+        FaultInjector.from_settings(copied)
+
+
+def test_the_allowance_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEET_FAULT_ERROR_RATE", "0.5")
+    monkeypatch.setenv("FLEET_FAULT_INJECTION", "1")
+    with pytest.raises(ValidationError, match="fault_error_rate=0.5"):
+        WorkerSettings()
+    monkeypatch.setenv("FLEET_ALLOW_FAULT_INJECTION", "1")
+    assert FaultInjector.from_settings(WorkerSettings()).enabled
 
 
 def test_production_without_faults_gets_the_no_op_injector() -> None:
