@@ -9,9 +9,8 @@ import os
 import threading
 from enum import IntEnum
 
-from aiokafka.admin import AIOKafkaAdminClient
-
-from common.clients import kafka_options, redis_client
+from common.clients import new_admin, redis_client
+from common.credentials import CredentialsRejected, verify_credentials
 from common.settings import FleetSettings
 
 log = logging.getLogger(__name__)
@@ -25,8 +24,10 @@ class ExitCode(IntEnum):
 
 
 async def dependencies_answer(settings: FleetSettings) -> None:
-    """Kafka lists its topics and Redis answers PING, or the first error is raised."""
-    admin = AIOKafkaAdminClient(**kafka_options(settings))
+    """Kafka lists its topics and Redis answers PING, or the first error is raised (CredentialsRejected
+    when either refuses this process's credentials)."""
+    await verify_credentials(settings)
+    admin = new_admin(settings)
     try:
         await admin.start()
         await admin.list_topics()
@@ -40,7 +41,8 @@ async def dependencies_answer(settings: FleetSettings) -> None:
 
 
 async def wait_for_dependencies(settings: FleetSettings, timeout_s: float, what: str) -> bool:
-    """True once Kafka and Redis answer; False (after one clear log line) when they did not within `timeout_s`."""
+    """True once Kafka and Redis answer; False (after one clear log line) when they did not within
+    `timeout_s`, or at once when they refuse the credentials: waiting does not heal a wrong password."""
     last: BaseException | None = None
     try:
         async with asyncio.timeout(timeout_s):
@@ -48,6 +50,9 @@ async def wait_for_dependencies(settings: FleetSettings, timeout_s: float, what:
                 try:
                     await dependencies_answer(settings)
                     return True
+                except CredentialsRejected as exc:
+                    log.error("%s cannot start: %s", what, exc)
+                    return False
                 except Exception as exc:  # retried until the deadline; the last one is reported
                     last = exc
                     await asyncio.sleep(0.5)

@@ -16,6 +16,8 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.clients import new_consumer
+from common.settings import FleetSettings
 from common.topics import partitions_of
 from fleet.chaos.ledger import TOPIC, Ledger
 from schemas.names import DLQ_TOPIC, result_key
@@ -29,15 +31,15 @@ class ResultsReader:
     """Reads a results topic from its current end for as long as the run lasts; every result goes
     into whatever ledger `ledger()` names at that moment (the scenario running now)."""
 
-    def __init__(self, bootstrap: str, topic: str, ledger: Callable[[], Ledger]) -> None:
-        self._bootstrap, self._topic, self._ledger = bootstrap, topic, ledger
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    def __init__(self, settings: FleetSettings, topic: str, ledger: Callable[[], Ledger]) -> None:
+        self._settings, self._topic, self._ledger = settings, topic, ledger
+        self._consumer = new_consumer(settings, enable_auto_commit=False)
         self._task: asyncio.Task[None] | None = None
         self.undecodable = 0
 
     async def start(self) -> None:
         await self._consumer.start()
-        partitions = await partitions_of(self._bootstrap, self._topic)
+        partitions = await partitions_of(self._settings, self._topic)
         self._consumer.assign(partitions)
         for tp, offset in (await self._consumer.end_offsets(partitions)).items():
             self._consumer.seek(tp, offset)
@@ -70,18 +72,18 @@ class ResultsReader:
 class DlqWatch:
     """Dead letters written since `start()`, counted by their `code`."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, settings: FleetSettings) -> None:
+        self._settings = settings
         self._starts: dict[TopicPartition, int] = {}
 
     async def start(self) -> None:
         self._starts = await self._ends()
 
     async def _ends(self) -> dict[TopicPartition, int]:
-        partitions = await partitions_of(self._bootstrap, DLQ_TOPIC)
+        partitions = await partitions_of(self._settings, DLQ_TOPIC)
         if not partitions:
             return {}
-        async with _consumer(self._bootstrap) as consumer:
+        async with _consumer(self._settings) as consumer:
             return dict(await consumer.end_offsets(partitions))
 
     async def count(self) -> Counter[str]:
@@ -90,7 +92,7 @@ class DlqWatch:
         left = {tp: end for tp, end in ends.items() if end > self._starts.get(tp, 0)}
         if not left:
             return codes
-        async with _consumer(self._bootstrap) as consumer:
+        async with _consumer(self._settings) as consumer:
             consumer.assign(list(left))
             for tp in left:
                 consumer.seek(tp, self._starts.get(tp, 0))
@@ -104,11 +106,11 @@ class DlqWatch:
 
 
 @asynccontextmanager
-async def _consumer(bootstrap: str) -> AsyncIterator[AIOKafkaConsumer]:
+async def _consumer(settings: FleetSettings) -> AsyncIterator[AIOKafkaConsumer]:
     """A group-less consumer. aiokafka's stop() raises CancelledError when it comes before the
     consumer's own start-up task ever ran, so that task gets its turn first."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                max_partition_fetch_bytes=8 * 1024 * 1024)
+    consumer = new_consumer(settings, enable_auto_commit=False,
+                            max_partition_fetch_bytes=8 * 1024 * 1024)
     await consumer.start()
     try:
         yield consumer

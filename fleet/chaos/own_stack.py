@@ -67,6 +67,11 @@ class ChaosStack:
     def redis_url(self) -> str:
         return self.settings.redis_url
 
+    @property
+    def client_settings(self) -> FleetSettings:
+        """What the chaos harness's own clients connect with: every broker of this stack."""
+        return self.settings.model_copy(update={"kafka_bootstrap": self.bootstrap})
+
     def env(self) -> dict[str, str]:
         """The environment of the fleet's processes: the caller's, minus its FLEET_*, plus this stack's."""
         kept = {name: value for name, value in os.environ.items() if not name.startswith("FLEET_")}
@@ -103,7 +108,7 @@ class ChaosStack:
         stack = self.stack
         for node in stack.kafka_nodes:
             start_kafka_node(stack, node, lambda line: None)
-        await wait_for_kafka(stack.topology.bootstrap, self.settings.stack_start_timeout_s,
+        await wait_for_kafka(self.client_settings, self.settings.stack_start_timeout_s,
                              brokers=len(stack.kafka_nodes))
 
     def stop_redis(self) -> None:
@@ -115,7 +120,7 @@ class ChaosStack:
         stack = self.stack
         for node in stack.redis_nodes:
             start_redis_node(stack, node, lambda line: None)
-        await wait_for_redis(self.redis_url, self.settings.stack_start_timeout_s)
+        await wait_for_redis(self.settings, self.settings.stack_start_timeout_s)
 
     def redis_pids(self) -> list[int]:
         pids = [node.proc.pid() for node in self.stack.redis_nodes]

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import httpx
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-from redis.asyncio import Redis
 
 from common.auth_keys import create_key
+from common.clients import new_admin, new_producer, redis_client
+from common.settings import FleetSettings
 
 from fleet.chaos.ledger import Ledger, merge_answers, rate, throughput_back_after
 from fleet.chaos.load import SteadyLoad
@@ -56,7 +57,7 @@ class Options:
 async def run_scenario(run: Run, scenario: Scenario, echo: Echo) -> ScenarioReport:
     report, ledger, sizes = ScenarioReport(scenario.name), Ledger(), run.sizes
     run.load.ledger = ledger
-    dlq = DlqWatch(run.stack.bootstrap)
+    dlq = DlqWatch(run.stack.client_settings)
     await dlq.start()
     exits_before, restarts_before = len(run.fleet.exits), len(run.fleet.restarts)
     started = time.monotonic()
@@ -104,11 +105,11 @@ async def drain(run: Run, ledger: Ledger, deadline: float) -> None:
         await asyncio.sleep(0.5)
 
 
-async def create_topics(bootstrap: str, names: list[str], replication: int) -> None:
+async def create_topics(settings: FleetSettings, names: list[str], replication: int) -> None:
     """The fleet's topics, created before any process starts so they have this stack's replication
     (the fleet creates the ones it misses with replication factor 1)."""
     configs = {"min.insync.replicas": str(max(replication - 1, 1))}
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = new_admin(settings)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -128,13 +129,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def api_key(options: Options, env: dict[str, str], redis_url: str) -> str:
+async def api_key(options: Options, env: dict[str, str], settings: FleetSettings) -> str:
     """The key the load presents: given, made by the hook (e.g. `fleet keys create --tenant chaos`)
     against the chaos stack, or else issued here on the chaos stack for tenant `chaos`."""
     if options.api_key:
         return options.api_key
     if not options.api_key_command:
-        redis = Redis.from_url(redis_url)
+        redis = redis_client(settings)
         try:
             return (await create_key(redis, "chaos", now_ms=now_ms())).key
         finally:
@@ -152,19 +153,19 @@ async def fleet_under_test(stack: ChaosStack, options: Options, fleet: Fleet, ec
     replication = stack.stack.topology.replication_factor
     topics = [requests_topic(options.model), fallback_topic(options.model), DLQ_TOPIC, DEFAULT_RESULTS_TOPIC,
               options.results_topic]
-    await create_topics(stack.bootstrap, topics, replication)
+    await create_topics(stack.client_settings, topics, replication)
     echo(f"[setup] topics {', '.join(topics)}: {PARTITIONS} partitions, replication factor {replication}")
-    key = await api_key(options, stack.env(), stack.redis_url)
+    key = await api_key(options, stack.env(), stack.client_settings)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     echo(f"[setup] starting {len(fleet.workers)} workers and the gateway (logs in {fleet.gateway.log_file.parent})")
     await fleet.start()
     settings = ClientSettings(kafka_bootstrap=stack.bootstrap, redis_url=stack.redis_url, home=stack.home)
     async with FleetClient(settings) as client, httpx.AsyncClient(base_url=fleet.gateway_url) as http, \
-            _producer(stack.bootstrap, compression_type="gzip", max_request_size=MAX_RECORD_BYTES + 1024) as big, \
-            _producer(stack.bootstrap, enable_idempotence=True) as producer:
+            _producer(stack.client_settings, compression_type="gzip", max_request_size=MAX_RECORD_BYTES + 1024) as big, \
+            _producer(stack.client_settings, enable_idempotence=True) as producer:
         load = SteadyLoad(model=options.model, results_topic=options.results_topic, rate_per_s=options.sizes.rate_per_s,
                           client=client, http=http, producer=producer, headers=headers)
-        reader = ResultsReader(stack.bootstrap, options.results_topic, lambda: load.ledger)
+        reader = ResultsReader(stack.client_settings, options.results_topic, lambda: load.ledger)
         await reader.start()
         try:
             yield Run(stack, fleet, load, http, big, options.model, options.results_topic, options.sizes, headers,
@@ -174,8 +175,8 @@ async def fleet_under_test(stack: ChaosStack, options: Options, fleet: Fleet, ec
 
 
 @asynccontextmanager
-async def _producer(bootstrap: str, **options: object) -> AsyncIterator[AIOKafkaProducer]:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **options)  # type: ignore[arg-type]
+async def _producer(settings: FleetSettings, **options: object) -> AsyncIterator[AIOKafkaProducer]:
+    producer = new_producer(settings, linger_ms=5, **({"enable_idempotence": False} | options))
     await producer.start()
     try:
         yield producer

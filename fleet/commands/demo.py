@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from redis.asyncio import Redis
 
 from common.auth_keys import create_key, revoke_key
+from common.clients import redis_client
 from fleet.arguments import command_parser
 from fleet.bench.stats import percentile
 from fleet.exits import Exit
@@ -184,7 +184,7 @@ async def wait_for_gateway(url: str) -> None:
 async def send_all(settings: ClientSettings, url: str, texts: list[str], concurrency: int) -> list[PathReport]:
     third = len(texts) // 3
     print(f"sending {len(texts)} requests: {third} over HTTP, {third} with the Python client, the rest as a pipeline")
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings)
     try:
         issued = await create_key(redis, DEMO_TENANT, now_ms=now_ms())
         print(f"HTTP requests use API key {issued.record.key_id} of tenant {DEMO_TENANT} (`fleet keys create`); "

@@ -18,7 +18,7 @@ import httpx
 from redis.asyncio import Redis
 
 from common.auth_keys import create_key, key_digest, new_key
-from common.clients import new_consumer
+from common.clients import new_consumer, redis_client
 from common.settings import FleetSettings
 from common.topics import ensure_topics, partitions_of
 from gateway.app import create_app
@@ -46,7 +46,7 @@ def bearer(key: str) -> dict[str, str]:
 
 async def issue_key(redis_url: str, tenant: str) -> str:
     """A key for `tenant` in that Redis, made by the function `fleet keys create` runs."""
-    redis = Redis.from_url(redis_url)
+    redis = redis_client(FleetSettings(redis_url=redis_url))
     try:
         return (await create_key(redis, tenant, now_ms=now_ms())).key
     finally:

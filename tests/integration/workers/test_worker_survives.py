@@ -86,7 +86,7 @@ async def test_poison_records_are_dead_lettered_and_their_neighbours_answered(
     bad = poisons()
     valid = [client.build_request(MODEL, f"neighbour of a poison {i} {time.time()}", timeout=60, reply=ReplyTo())
              for i in range(len(bad))]
-    dlq_from = await end_offsets(stack.kafka_bootstrap, DLQ_TOPIC)
+    dlq_from = await end_offsets(stack, DLQ_TOPIC)
     producer = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap, acks="all", max_request_size=2_000_000)
     await producer.start()
     try:
@@ -97,7 +97,7 @@ async def test_poison_records_are_dead_lettered_and_their_neighbours_answered(
             found = await results_for(redis, valid, timeout_s=60)
             letters = [DeadLetter.decode(value) for value in await read_from(
                 stack.kafka_bootstrap, dlq_from, until=lambda values: len(values) >= len(bad), timeout_s=30)]
-            ends = await end_offsets(stack.kafka_bootstrap, topic)
+            ends = await end_offsets(stack, topic)
             for _ in range(100):  # the commit follows delivery by a moment
                 if all(offset >= ends[tp] for tp, offset in (await committed(stack, worker.group, topic)).items()):
                     break

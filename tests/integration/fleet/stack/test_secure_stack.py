@@ -1,8 +1,8 @@
 """The fleet through a secured stack of its own (`stack up --secure`: Kafka SASL/SCRAM-SHA-512,
 Redis ACL user, default user off; temp FLEET_HOME, free ports away from the shared stack).
 
-A worker, the gateway and FleetClient serve requests end to end with the credentials from
-secure.env; a wrong Kafka or Redis password stops a worker and the gateway at start, in seconds,
+A worker, the gateway (with an API key made by `fleet keys create` through the secured Redis)
+and FleetClient serve requests end to end with the credentials from secure.env; a wrong Kafka or Redis password stops a worker and the gateway at start, in seconds,
 with a message naming authentication; no client gets in without credentials; and no password
 shows in any log or output the stack, the worker or the gateway wrote.
 """
@@ -29,7 +29,8 @@ from fleet.stack.layout import Stack, StackSettings
 from fleet.stack.proc import Endpoint, pid_alive, port_open
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
-from tests.integration.conftest import MODEL, ROOT, Process
+from tests.integration.conftest import MODEL, Process
+from tests.paths import REPO_ROOT as ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -135,7 +136,12 @@ async def test_worker_gateway_and_client_serve_through_the_secured_stack(secure:
         started.append(Process(["-m", "workers.main"], env, "ready:", tmp_path / "worker.log"))
         gateway_env = {**env, "FLEET_PORT": str(port), "FLEET_MODELS": f'["{MODEL}"]'}
         started.append(Process(["-m", "gateway.main"], gateway_env, "gateway listening", tmp_path / "gateway.log"))
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        made = subprocess.run([sys.executable, "-m", "fleet.cli", "keys", "create", "--tenant", "secure-tests"],
+                              cwd=ROOT, env={**secure.env, **env}, capture_output=True, text=True, timeout=60)
+        secure.outputs.append(made.stderr)  # not stdout: it is the API key, shown once by design
+        assert made.returncode == 0, made.stderr
+        headers = {"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers) as http:
             answer = await http.post(f"/v1/models/{MODEL}/infer", json={"text": "a secured hello", "timeout_ms": 20000})
         assert answer.status_code == 200, answer.text
         assert answer.json()["status"] == "ok" and answer.json()["worker"] == "secure-w1"

@@ -4,9 +4,9 @@ carries the security protocol, SASL credentials, TLS context and Redis ACL user 
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
+from tests.paths import REPO_ROOT as ROOT
 PACKAGES = ("common", "workers", "gateway", "fleet", "models", "versions", "schemas")
-ALSO = ("tests/integration/conftest.py", "tests/integration/gateway_harness.py")
+ALSO = ("tests/integration/conftest.py", "tests/integration/gateway/gateway_harness.py")
 CONSTRUCTION = re.compile(r"\bAIOKafka(Producer|Consumer|AdminClient|Client)\(|\b(Strict)?Redis(Cluster)?\("
                           r"|\bfrom_url\(|\bcreate_conn\(")
 ALLOWED = {
