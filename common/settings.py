@@ -33,7 +33,8 @@ def redacted_url(url: str) -> str:
 
 
 class FleetSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    # A refused setting's error must not echo the input: it holds passwords and credentialed URLs.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True)
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
     kafka_security_protocol: KafkaSecurityProtocol = Field("PLAINTEXT", description="PLAINTEXT | SSL | "

@@ -47,6 +47,9 @@ def test_the_redis_password_in_one_place_and_never_in_the_error() -> None:
     with pytest.raises(ValidationError, match="given twice") as refused:
         FleetSettings(redis_url="redis://fleet:url-sekrit@127.0.0.1:6379/0", redis_password="x")
     assert "url-sekrit" not in str(refused.value)
+    with pytest.raises(ValidationError) as refused:  # a refusal for another reason must not echo the input either
+        FleetSettings(redis_url="redis://:s3@h/0", kafka_sasl_password="k3", kafka_sasl_username="u")
+    assert "s3" not in str(refused.value) and "k3" not in str(refused.value)
     with pytest.raises(ValidationError, match="FLEET_REDIS_USERNAME needs FLEET_REDIS_PASSWORD"):
         FleetSettings(redis_username="fleet")
 
