@@ -58,6 +58,14 @@ def test_has_kafka_redis_gateway_and_two_workers() -> None:
     assert kinds.count(WorkerSettings) >= 2
 
 
+def test_redis_keeps_an_append_only_file_on_a_volume() -> None:
+    redis = _services()["redis"]
+    command = [str(part) for part in redis["command"]]
+    options = dict(zip(command[1::2], command[2::2], strict=False))
+    assert options["--appendonly"] == "yes" and options["--appendfsync"] == "everysec"
+    assert any(str(volume).endswith(":/data") for volume in redis["volumes"]), "the AOF outlives the container"
+
+
 @pytest.mark.parametrize("name", sorted(_services()))
 def test_fleet_env_names_are_settings_fields(name: str) -> None:
     service = _services()[name]
