@@ -51,7 +51,7 @@ async def test_a_result_is_readable_by_its_tenant_only(stack: FleetSettings, key
 async def test_sync_replies_go_only_to_the_tenant_that_asked(stack: FleetSettings, keys: dict[str, str],
                                                              redis: Redis) -> None:
     async with in_process(GatewaySettings(models=[ECHO_MODEL]), key=keys[TENANT_A]) as http, \
-            echo_worker(stack.kafka_bootstrap, ECHO_MODEL, redis):
+            echo_worker(stack, ECHO_MODEL, redis):
         async def ask(tenant: str, n: int) -> tuple[str, str, httpx.Response]:
             text = f"{tenant} question {n}"
             response = await http.post(f"/v1/models/{ECHO_MODEL}/infer", json={"text": text, "timeout_ms": 20000},

@@ -96,7 +96,7 @@ async def test_poison_records_are_dead_lettered_and_their_neighbours_answered(
                 await producer.send_and_wait(topic, request.encode(), key=request.id.encode())
             found = await results_for(redis, valid, timeout_s=60)
             letters = [DeadLetter.decode(value) for value in await read_from(
-                stack.kafka_bootstrap, dlq_from, until=lambda values: len(values) >= len(bad), timeout_s=30)]
+                stack, dlq_from, until=lambda values: len(values) >= len(bad), timeout_s=30)]
             ends = await end_offsets(stack, topic)
             for _ in range(100):  # the commit follows delivery by a moment
                 if all(offset >= ends[tp] for tp, offset in (await committed(stack, worker.group, topic)).items()):
