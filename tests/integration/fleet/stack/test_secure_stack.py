@@ -167,19 +167,15 @@ def _refused_at_start(secure: SecureStack, tmp_path: Path, module: str, **wrong:
 
 
 @pytest.mark.parametrize("module", ["workers.main", "gateway.main"])
-def test_a_wrong_kafka_password_fails_at_start(secure: SecureStack, tmp_path: Path, module: str) -> None:
-    code, output, took = _refused_at_start(secure, tmp_path, module, FLEET_KAFKA_SASL_PASSWORD="wrong-kafka-password")
+@pytest.mark.parametrize(("server", "variable"), [("Kafka", "FLEET_KAFKA_SASL_PASSWORD"),
+                                                  ("Redis", "FLEET_REDIS_PASSWORD")])
+def test_a_wrong_password_fails_at_start(secure: SecureStack, tmp_path: Path, module: str, server: str,
+                                         variable: str) -> None:
+    wrong = f"wrong-{server.lower()}-password"
+    code, output, took = _refused_at_start(secure, tmp_path, module, **{variable: wrong})
     assert code != 0 and took < START_REFUSAL_S, (code, took, output[-2000:])
-    assert "cannot start: Kafka at" in output and "refused authentication of user fleet" in output, output[-2000:]
-    assert "wrong-kafka-password" not in output
-
-
-@pytest.mark.parametrize("module", ["workers.main", "gateway.main"])
-def test_a_wrong_redis_password_fails_at_start(secure: SecureStack, tmp_path: Path, module: str) -> None:
-    code, output, took = _refused_at_start(secure, tmp_path, module, FLEET_REDIS_PASSWORD="wrong-redis-password")
-    assert code != 0 and took < START_REFUSAL_S, (code, took, output[-2000:])
-    assert "cannot start: Redis at" in output and "refused authentication of user fleet" in output, output[-2000:]
-    assert "wrong-redis-password" not in output
+    assert f"cannot start: {server} at" in output and "refused authentication of user fleet" in output, output[-2000:]
+    assert wrong not in output
 
 
 def test_no_password_in_any_log_or_output(secure: SecureStack) -> None:
