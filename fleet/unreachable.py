@@ -6,7 +6,11 @@ import sys
 from collections.abc import Callable
 
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
-from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
+from redis.exceptions import (
+    AuthenticationError as RedisAuthenticationError,
+    ConnectionError as RedisConnectionError,
+    TimeoutError as RedisTimeoutError,
+)
 
 from common.settings import FleetSettings
 from fleet.exits import Exit
@@ -16,6 +20,9 @@ REDIS_UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 
 
 def unreachable(server: str, address: str, exc: BaseException) -> str:
+    if isinstance(exc, RedisAuthenticationError):  # answered, and said no: the stack is up
+        return (f"{server} at {address} refused authentication: {exc}; check FLEET_REDIS_USERNAME / "
+                "FLEET_REDIS_PASSWORD (`source <home>/stack/secure.env` for `stack up --secure`)")
     return f"cannot reach {server} at {address}: {exc}; is the stack up (`fleet stack up`)?"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr, ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import AuthenticationError, ConnectionError as RedisConnectionError
 
 from common.clients import kafka_options, redis_options
 from common.settings import FleetSettings, redacted_url
@@ -133,3 +133,12 @@ def test_durability_defaults_suit_the_single_node_stack() -> None:
     assert settings.topic_replication_factor == 1 and settings.topic_min_insync_replicas is None
     with pytest.raises(ValidationError):
         FleetSettings(topic_replication_factor=-2)
+
+
+def test_a_refused_redis_password_is_not_called_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    def refused() -> int:
+        raise AuthenticationError("invalid username-password pair or user is disabled.")
+
+    assert run_command("keys", refused) != 0
+    said = capsys.readouterr().err
+    assert "refused authentication" in said and "FLEET_REDIS_PASSWORD" in said and "cannot reach" not in said
