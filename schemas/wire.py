@@ -173,7 +173,10 @@ class DeadLetter(_Wire):
     topic: str
     partition: int
     offset: int
-    original: bytes = Field(description="The original bytes, cut at the worker's cap (see `truncated`)")
+    original: bytes | None = Field(None, description="The original bytes, cut at the worker's cap (see "
+                                   "`truncated`); only where the operator allows raw bytes in the DLQ")
+    masked: dict[str, Any] | None = Field(None, description="The record decoded, every text masked (None when "
+                                          "it was not a msgpack map)")
     original_size: int | None = Field(None, description="Length of the original record value in bytes")
     truncated: bool = Field(False, description="True when `original` holds only the first bytes of the record")
     worker: str | None = None

@@ -20,6 +20,7 @@ from workers.batching.policy import BatchPolicy
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
 from common.topics import ensure_topics
+from workers.delivery.dead_letters import MAX_TEXT_CHARS as DEAD_LETTER_TEXT_CHARS, DeadLetterPolicy
 from workers.delivery.patience import Patience
 from workers.delivery.sink import ResultSink
 from workers.health.supervisor import Supervisor
@@ -91,7 +92,10 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
         sizing=BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels),
         sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s, patience=patience,
                         reply_stream_maxlen=settings.reply_stream_maxlen,
-                        ensure_topic=lambda topic: ensure_topics(settings, [topic], settings.partitions)),
+                        ensure_topic=lambda topic: ensure_topics(settings, [topic], settings.partitions),
+                        dead_letters=DeadLetterPolicy(settings.dlq_keep_original,
+                                                      Redactor.with_defaults(settings.redact_patterns,
+                                                                             max_chars=DEAD_LETTER_TEXT_CHARS))),
         patience=patience,
         stats=VersionStatsRecorder(redis, settings.model),
         tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns),

@@ -45,6 +45,9 @@ class WorkerSettings(ModelMemberSettings):
                                      "(entries), so a waiter that stopped reading cannot grow it without bound")
     redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "
                                        "debug traces, on top of e-mails, phone and card numbers")
+    dlq_keep_original: bool = Field(False, description="Put the original bytes of a rejected record in its dead "
+                                    "letter; off, a dead letter carries only a masked view (texts redacted), "
+                                    "because the DLQ is usually read by more people than the request topics")
     debug_switch_refresh_s: float = Field(1.0, gt=0, description="How often the worker re-reads the `fleet debug` "
                                           "switches (a switch turned off is obeyed within this)")
     static_membership: bool = Field(False, description="Join with group.instance.id = worker id, so a restart "

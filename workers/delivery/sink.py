@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
 from schemas.wire import DeadLetter, Request, Result, Status
+from workers.delivery.dead_letters import DeadLetterPolicy
 from workers.delivery.patience import Patience, is_outage
 
 # KEYS: the batch's result keys, then its reply streams. ARGV: ttl, stream maxlen, result count,
@@ -94,7 +95,8 @@ class Outcome:
 class ResultSink:
     def __init__(self, redis: Redis, producer: AIOKafkaProducer, *, result_ttl_s: int, patience: Patience,
                  reply_stream_maxlen: int = 100_000,
-                 ensure_topic: Callable[[str], Awaitable[None]] | None = None) -> None:
+                 ensure_topic: Callable[[str], Awaitable[None]] | None = None,
+                 dead_letters: DeadLetterPolicy | None = None) -> None:
         """`ensure_topic` creates a results topic the first time a result goes there (brokers may
         not auto-create; the names were checked against the allow-list at triage)."""
         self._redis = redis
@@ -104,6 +106,7 @@ class ResultSink:
         self._patience = patience
         self._ensure_topic = ensure_topic
         self._known_topics: set[str] = set()
+        self._dead_letters = dead_letters or DeadLetterPolicy()
         self._deliver_script = redis.register_script(DELIVER_SCRIPT)
 
     async def deliver(self, outcomes: list[Outcome], dead_letters: list[DeadLetter]) -> None:
@@ -138,7 +141,8 @@ class ResultSink:
         return [_undeliverable(by_send[id(send)], send[0], exc) for send, exc in refused]
 
     async def _send_dead_letters(self, dead_letters: list[DeadLetter]) -> None:
-        refused = await self._produce([(DLQ_TOPIC, letter.encode(), None) for letter in dead_letters])
+        outgoing = [self._dead_letters.outgoing(letter) for letter in dead_letters]
+        refused = await self._produce([(DLQ_TOPIC, letter.encode(), None) for letter in outgoing])
         for _, exc in refused:  # capped at triage, so only a misconfigured broker gets here
             raise RuntimeError(f"the dead-letter topic refused a letter: {exc}") from exc
 

@@ -1,0 +1,54 @@
+"""Dead letters leave the worker with their texts masked and, unless allowed, without raw bytes."""
+
+import msgpack
+
+from schemas.wire import DeadLetter
+from workers.delivery.dead_letters import MAX_ENTRIES, MAX_TEXT_CHARS, DeadLetterPolicy
+
+
+def _letter(original: bytes, reason: str = "invalid fields: deadline_ms: Field required") -> DeadLetter:
+    return DeadLetter(reason=reason, topic="fleet.requests.m", partition=0, offset=3, original=original,
+                      original_size=len(original))
+
+
+def test_default_policy_drops_the_original_and_masks_every_text() -> None:
+    record = {"v": 1, "id": "r1", "tenant": "acme", "inputs": {"text": "call +44 20 7946 0958 or bob@example.org"},
+              "params": {"notes": ["card 4111 1111 1111 1111"], "blob": b"\x00" * 9}}
+    out = DeadLetterPolicy().outgoing(_letter(msgpack.packb(record)))
+    assert out.original is None and out.original_size is not None
+    assert out.masked == {"v": 1, "id": "r1", "tenant": "acme", "inputs": {"text": "call <phone> or <email>"},
+                          "params": {"notes": ["card <card>"], "blob": "<9 bytes>"}}
+    assert b"bob@example.org" not in out.encode() and b"4111" not in out.encode()
+
+
+def test_allowed_original_travels_untouched_beside_the_masked_view() -> None:
+    raw = msgpack.packb({"v": 1, "inputs": {"text": "ann@example.com"}})
+    out = DeadLetterPolicy(keep_original=True).outgoing(_letter(raw))
+    assert out.original == raw and out.masked == {"v": 1, "inputs": {"text": "<email>"}}
+
+
+def test_the_reason_is_masked_too() -> None:
+    out = DeadLetterPolicy().outgoing(_letter(b"\xc1", reason="bad value 'eve@example.net'"))
+    assert out.reason == "bad value '<email>'" and out.masked is None
+
+
+def test_garbage_and_non_maps_have_no_view() -> None:
+    policy = DeadLetterPolicy()
+    assert policy.masked_view(b"\xc1\xc1") is None
+    assert policy.masked_view(msgpack.packb(["a", "list"])) is None
+    assert policy.masked_view(b"") is None and policy.masked_view(None) is None
+
+
+def test_a_hostile_record_gives_a_bounded_view() -> None:
+    nested: object = "deep"
+    for _ in range(50):
+        nested = {"k": nested}
+    record = {"wide": list(range(10_000)), "long": "x" * 1_000_000, "deep": nested,
+              **{f"key{i}": i for i in range(1_000)}}
+    view = DeadLetterPolicy().masked_view(msgpack.packb(record))
+    assert view is not None
+    assert len(view) == MAX_ENTRIES + 1 and "<more>" in view
+    assert len(view["wide"]) == MAX_ENTRIES + 1 and view["wide"][-1] == f"<{10_000 - MAX_ENTRIES} more items>"
+    assert len(view["long"]) < MAX_TEXT_CHARS + 64
+    assert "nested too deep" in str(view["deep"])
+    assert len(msgpack.packb(view)) < 64 * 1024

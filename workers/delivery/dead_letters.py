@@ -1,0 +1,77 @@
+"""What a dead letter may carry when it leaves the worker: text masked, raw bytes only when allowed.
+
+A dead letter is read by whoever can read `fleet.dlq`, which is usually a wider circle than the
+callers whose requests it holds. So by default it carries a *masked view* of the record: the
+msgpack map decoded, every text value run through the same redaction as debug traces (e-mails,
+phones, card numbers and the operator's patterns), bytes replaced by their length. The original
+bytes travel only when `FLEET_DLQ_KEEP_ORIGINAL=true` says the DLQ is as trusted as the request
+topics (e.g. to replay dead letters byte for byte). The reason is masked as well: a validation
+message can quote the input.
+
+The view is bounded in depth, entries and characters, so a hostile record cannot make its own
+dead letter too large to produce.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from schemas.wire import DeadLetter
+from workers.observability.redaction import Redactor
+
+MAX_DEPTH = 6
+MAX_ENTRIES = 256  # per map or list; the rest is summarised
+MAX_TEXT_CHARS = 1024
+MAX_KEY_CHARS = 64
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    keep_original: bool = False
+    redact: Callable[[str], str] = field(default_factory=lambda: Redactor.with_defaults(max_chars=MAX_TEXT_CHARS))
+
+    def outgoing(self, letter: DeadLetter) -> DeadLetter:
+        """The letter as it may be produced to the DLQ."""
+        update: dict[str, Any] = {"reason": self.redact(letter.reason), "masked": self.masked_view(letter.original)}
+        if not self.keep_original:
+            update["original"] = None
+        return letter.model_copy(update=update)
+
+    def masked_view(self, raw: bytes | None) -> dict[str, Any] | None:
+        """The record's map with every text masked, or None when the bytes are not a msgpack map."""
+        if not raw:
+            return None
+        try:
+            data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        except Exception:  # garbage is said to be garbage by the letter's reason; there is nothing to show
+            return None
+        if not isinstance(data, dict):
+            return None
+        masked = self._mask(data, MAX_DEPTH)
+        assert isinstance(masked, dict)
+        return masked
+
+    def _mask(self, value: Any, depth: int) -> Any:
+        if isinstance(value, str):
+            return self.redact(value[:MAX_TEXT_CHARS])
+        if isinstance(value, bytes):
+            return f"<{len(value)} bytes>"
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if depth <= 0:
+            return f"<{type(value).__name__} nested too deep>"
+        if isinstance(value, dict):
+            items = list(value.items())
+            masked = {self.redact(str(key)[:MAX_KEY_CHARS]): self._mask(item, depth - 1)
+                      for key, item in items[:MAX_ENTRIES]}
+            if len(items) > MAX_ENTRIES:
+                masked["<more>"] = f"{len(items) - MAX_ENTRIES} more entries"
+            return masked
+        if isinstance(value, list | tuple):
+            masked_items = [self._mask(item, depth - 1) for item in value[:MAX_ENTRIES]]
+            if len(value) > MAX_ENTRIES:
+                masked_items.append(f"<{len(value) - MAX_ENTRIES} more items>")
+            return masked_items
+        return f"<{type(value).__name__}>"
