@@ -101,7 +101,7 @@ def _node_properties(
         "transaction.state.log.replication.factor": str(replication.factor),
         "transaction.state.log.min.isr": str(replication.min_insync),
         "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "true",
+        "auto.create.topics.enable": "false",  # the fleet creates the topics it needs (issue 13)
         "delete.topic.enable": "true",
         "num.network.threads": "2",
         "num.io.threads": "4",

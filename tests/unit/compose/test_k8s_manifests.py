@@ -26,7 +26,7 @@ from gateway.settings import GatewaySettings
 from schemas.names import consumer_group, requests_topic
 from tests.unit.compose.fleet_env import settings_class, settings_from, unknown_fleet_names
 from tests.unit.compose.k8s_objects import (K8S, Container, containers, find, kustomization, manifests, of_kind,
-                                    pod_template, selects, workers)
+                                    pod_template, secret_data, selects, workers)
 from workers.health.endpoints import LIVENESS_PATHS, READINESS_PATH
 from workers.runtime_settings import ModelMemberSettings
 from workers.settings import WorkerSettings
@@ -35,6 +35,7 @@ from workers.settings import WorkerSettings
 # are GA well before it, and it is the oldest still supported by the large managed offerings.
 KUBERNETES_VERSION = "1.30"
 KEDA_SCHEMA = Path(__file__).with_name("keda_scaledobject.schema.json")
+KEDA_AUTH_SCHEMA = Path(__file__).with_name("keda_triggerauthentication.schema.json")
 KEDA_API = "keda.sh/v1alpha1"
 UVICORN_GRACEFUL_S = 5  # gateway/main.py timeout_graceful_shutdown
 
@@ -95,6 +96,26 @@ def test_keda_scaledobject_matches_its_documented_spec() -> None:
     misspelt = copy.deepcopy(scaled)
     misspelt["spec"]["maxReplicas"] = misspelt["spec"].pop("maxReplicaCount")
     assert not keda_validator().is_valid(misspelt)
+
+
+def test_keda_reads_the_lag_with_the_fleets_own_kafka_credentials() -> None:
+    [scaled] = of_kind("ScaledObject")
+    [trigger] = scaled["spec"]["triggers"]
+    [auth] = of_kind("TriggerAuthentication")
+    schema = json.loads(KEDA_AUTH_SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(auth)
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    [secret] = of_kind("Secret")
+    credentials = secret_data(secret)
+    refs = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
+    assert {ref["name"] for ref in refs.values()} == {secret["metadata"]["name"]}
+    assert refs["username"]["key"] == "FLEET_KAFKA_SASL_USERNAME" and refs["password"]["key"] == "FLEET_KAFKA_SASL_PASSWORD"
+    assert all(ref["key"] in credentials for ref in refs.values())
+    # KEDA speaks the protocol the fleet speaks: SCRAM-SHA-512 over TLS (secret.yaml).
+    mechanism = credentials["FLEET_KAFKA_SASL_MECHANISM"].lower().replace("-", "_").replace("sha_", "sha")
+    assert trigger["metadata"]["sasl"] == mechanism
+    assert (trigger["metadata"]["tls"] == "enable") == credentials["FLEET_KAFKA_SECURITY_PROTOCOL"].endswith("SSL")
 
 
 def test_keda_scales_the_primary_group_its_deployment_joins_within_the_partitions(

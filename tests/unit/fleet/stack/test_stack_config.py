@@ -67,7 +67,7 @@ def test_server_properties_single_node_kraft_on_loopback(tmp_path: Path) -> None
     assert props["offsets.topic.replication.factor"] == "1"
     assert props["transaction.state.log.replication.factor"] == "1"
     assert props["group.initial.rebalance.delay.ms"] == "0"
-    assert props["auto.create.topics.enable"] == "true"
+    assert props["auto.create.topics.enable"] == "false"
 
 
 def test_server_properties_refuses_one_port_for_both(tmp_path: Path) -> None:
