@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from common.clients import new_admin
+from common.settings import FleetSettings
 from gateway.settings import GatewaySettings
 from tests.integration.gateway.gateway_harness import TEST_TENANT, in_process
 
@@ -106,3 +108,22 @@ async def test_legal_input_at_the_bounds_is_accepted(http: httpx.AsyncClient) ->
     response = await http.post(SUBMIT, json=payload)
     assert response.status_code == 202, response.text
     assert len(response.json()["id"]) == 32
+
+
+async def test_a_results_topic_outside_the_allow_list_is_422_and_never_created(
+        http: httpx.AsyncClient, stack: FleetSettings) -> None:
+    """The brokers do not auto-create topics (scripts/stack, compose), and the gateway creates none
+    for a name outside FLEET_RESULTS_TOPIC_PATTERN: after the 422s no such topic exists."""
+    names = ["x", f"fleet.requests.{MODEL}.x", "not-fleet.results"]
+    for name in names:
+        for path in (SUBMIT, f"/v1/models/{MODEL}/infer"):
+            response = await http.post(path, json={"text": "hi", "results_topic": name})
+            assert response.status_code == 422, response.text
+            assert "results_topic" in response.text
+    admin = new_admin(stack)
+    await admin.start()
+    try:
+        topics = set(await admin.list_topics())
+    finally:
+        await admin.close()
+    assert not topics & set(names)
