@@ -9,6 +9,8 @@ before anything else closes, so partitions move while the producer can still del
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable
 from contextlib import AsyncExitStack
 from typing import Self
 
@@ -17,8 +19,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from common.clients import new_consumer
 from common.settings import FleetSettings
 
+log = logging.getLogger(__name__)
 # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
 METADATA_MAX_AGE_MS = 30_000
+# aiokafka's stop() first lets the group coordinator finish what it is doing, which in a group
+# that never settles (a member that stopped answering mid-rebalance) is forever. Past this the
+# member goes without a clean leave; the broker drops it after its session timeout.
+LEAVE_TIMEOUT_S = 20.0
 
 
 def group_consumer(settings: FleetSettings, topic: str, *, group: str, client_id: str, max_poll_records: int,
@@ -51,10 +58,30 @@ class KafkaMember:
         await self._open()
 
     async def _leave(self) -> None:
-        """Stop consuming (leave the group) before the other clients close."""
+        """Stop consuming (leave the group) before the other clients close; bounded in time."""
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
-            await consumer.stop()
+            try:
+                async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                    await consumer.stop()
+            except TimeoutError:
+                log.warning("%s did not leave its group within %g s; closing without a clean leave "
+                            "(the broker drops the member after its session timeout)", self.what, LEAVE_TIMEOUT_S)
+
+    async def _unless_stopped(self, step: Awaitable[None]) -> bool:
+        """Run `step` unless `request_stop()` comes first (then cancel it): False when stopped."""
+        doing = asyncio.ensure_future(step)
+        stopping = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({doing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not doing.done():
+            doing.cancel()
+            await asyncio.gather(doing, return_exceptions=True)
+            return False
+        doing.result()
+        return True
 
     async def stop(self) -> None:
         await self._leave()

@@ -216,7 +216,8 @@ class Worker(KafkaMember):
                     await self.supervisor.wait_until_may_serve(self._stop_requested)
                     if self._stop_requested.is_set():
                         break
-                    await self._join()
+                    if not await self._unless_stopped(self._join()):
+                        break  # a group that does not settle must not hold up a stop
                     log.info("worker %s rejoined group %s", self.worker_id, self.group)
                 drained = await self._serve_session(self._require_consumer(), burst)
                 if drained or self._stop_requested.is_set():

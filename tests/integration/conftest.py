@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -69,23 +70,73 @@ async def client(stack: FleetSettings) -> AsyncIterator[FleetClient]:
         yield fleet_client
 
 
-@asynccontextmanager
-async def serving(settings: WorkerSettings, backend: Backend) -> AsyncIterator[Worker]:
-    """A worker serving in the background of the test's event loop; stopped cleanly on exit."""
-    async with Worker(settings, backend=backend) as worker:
-        task = asyncio.create_task(worker.run())
+def _await_chain(task: "asyncio.Task[Any]") -> str:
+    """Where a task is suspended, down its chain of awaits (Task.get_stack shows only the top)."""
+    lines = [f"task {task.get_name()}:"]
+    awaiting: Any = task.get_coro()
+    while awaiting is not None:
+        frame = getattr(awaiting, "cr_frame", None) or getattr(awaiting, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        awaiting = getattr(awaiting, "cr_await", None) or getattr(awaiting, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
+class Served:
+    """A worker running in the background of the test's event loop."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.task = asyncio.create_task(worker.run())
+
+    async def stop(self, within_s: float = 60.0) -> None:
+        """Stop it, bounded: a worker that will not stop fails its test with its stack, and is
+        cancelled rather than left consuming the next tests' records."""
+        self.worker.request_stop()
         try:
-            yield worker
+            await asyncio.wait_for(asyncio.shield(self.task), within_s)
+        except TimeoutError:
+            stacks = "\n".join(_await_chain(task) for task in asyncio.all_tasks() if not task.done())
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            raise AssertionError(f"worker {self.worker.worker_id} did not stop within {within_s:g} s "
+                                 f"of request_stop(); the loop's tasks were at:\n{stacks}") from None
         finally:
-            worker.request_stop()
-            await task
+            await self.worker.stop()
+
+
+@asynccontextmanager
+async def serving(settings: WorkerSettings, backend: Backend,
+                  running: list[Served] | None = None) -> AsyncIterator[Worker]:
+    """A worker serving in the background of the test's event loop; stopped cleanly on exit.
+    `running` lists it while it serves, so a fixture can stop what a timed-out test left behind."""
+    worker = Worker(settings, backend=backend)
+    try:
+        await worker.start()
+    except BaseException:
+        await worker.stop()
+        raise
+    served = Served(worker)
+    if running is not None:
+        running.append(served)
+    try:
+        yield worker
+    finally:
+        if running is not None:
+            running.remove(served)
+        await served.stop()
 
 
 @pytest.fixture
-def serve(worker_settings: WorkerSettings, backend: Backend):  # type: ignore[no-untyped-def]
+async def serve(worker_settings: WorkerSettings, backend: Backend) -> AsyncIterator[Callable[..., Any]]:
+    running: list[Served] = []
+
     def start(settings: WorkerSettings | None = None):  # type: ignore[no-untyped-def]
-        return serving(settings or worker_settings, backend)
-    return start
+        return serving(settings or worker_settings, backend, running)
+    yield start
+    # Only a test that pytest-timeout interrupted leaves workers here (its `async with` never exited).
+    for served in list(running):
+        await served.stop()
 
 
 class Process:
