@@ -35,7 +35,7 @@ from fleet.bench.fleet_process import CpuCounters, CpuSplit, WorkerProcess, benc
 from fleet.bench.load import PhaseSamples, TextCycle, closed_loop, open_loop
 from fleet.bench.stats import percentile, poisson_arrivals
 from fleet.bench.workload import support_queries
-from fleet.commands.lag import format_table
+from fleet.tables import format_table
 from common.settings import FleetSettings
 from common.topics import ensure_topics
 from gateway.client import FleetClient
@@ -165,7 +165,7 @@ class Bench:
             if loops:
                 rows.append(await self.closed(worker, preset, max_batch))
                 rows.append(await self.open(worker, preset, max_batch, rows[0].req_per_s / 2))
-        print(format_table(HEADERS, [row.cells() for row in rows], numeric_from=2), flush=True)
+        print(format_table(HEADERS, [row.cells() for row in rows]), flush=True)
         return rows
 
 
@@ -191,7 +191,7 @@ def seed_table(rows: Sequence[Row]) -> str:
         lines.append([f"{max_batch}", f"{delay_ms:g}", f"{seed_qps:,.0f}", f"{row.req_per_s:,.0f}",
                       f"{row.req_per_s / seed_qps - 1:+.1%}", f"{row.ceiling:,.0f}", f"{row.efficiency:.2f}"])
     return format_table(("max batch", "delay ms", "seed QPS (A10)", "sim req/s", "vs seed", "device ceiling",
-                         "efficiency"), lines, numeric_from=0)
+                         "efficiency"), lines)
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -210,7 +210,7 @@ async def main_async(args: argparse.Namespace) -> int:
         seed_rows = [row for max_batch, delay_ms, _ in SEED_ROWS
                      for row in await bench.run_config("a10-bert-base", max_batch, delay_ms, loops=False)]
     print(f"\none worker, FLEET_BACKEND=sim, exact cache off; worker logs in {logs}\n")
-    print(format_table(HEADERS, [row.cells() for row in rows], numeric_from=2))
+    print(format_table(HEADERS, [row.cells() for row in rows]))
     print("\nThe seed's §2.2 table (BERT-base, 128 tokens, one A10) with the a10-bert-base preset, backlog drained:\n")
     print(seed_table(seed_rows))
     return 0
