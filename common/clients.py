@@ -37,7 +37,8 @@ def kafka_options(settings: FleetSettings) -> dict[str, Any]:
 def new_producer(settings: FleetSettings, *, linger_ms: int, **options: Any) -> AIOKafkaProducer:
     """acks=all and idempotence (unless `options` say otherwise), so a producer retry never
     duplicates a result or a comparison."""
-    defaults: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": linger_ms}
+    defaults: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": linger_ms,
+                                "max_batch_size": settings.kafka_producer_batch_bytes}
     return AIOKafkaProducer(**kafka_options(settings), **(defaults | options))
 
 

@@ -47,6 +47,11 @@ class FleetSettings(BaseSettings):
                                           "(SSL protocols; default: the system's CAs)")
     kafka_ssl_certfile: Path | None = Field(None, description="Client certificate (PEM) for mutual TLS")
     kafka_ssl_keyfile: Path | None = Field(None, description="Private key (PEM) of kafka_ssl_certfile")
+    kafka_producer_batch_bytes: int = Field(
+        512 * 1024, ge=16 * 1024, le=1024 * 1024,
+        description="Most bytes a producer buffers per partition before a send waits for them to go: a batch of "
+        "results is hundreds of KiB, and aiokafka's 16 KiB default costs a broker round trip every ~10 embeddings "
+        "(at most 1 MiB, the brokers' default message.max.bytes)")
     topic_replication_factor: int = Field(1, ge=-1, description="Replicas of each topic the fleet creates: 1 "
                                           "suits the single-node stack; use 3 on a real cluster; -1 takes the "
                                           "brokers' default.replication.factor")
