@@ -2,9 +2,10 @@
 
 Life cycle as aiokafka's (workers/membership.py): `start()`, idempotent `stop()`, or
 `async with`. `run()` serves until `request_stop()` (SIGTERM) or, in burst mode, until the
-assigned partitions are drained. Three stages overlap, linked by one-slot queues: collect +
-tokenise batch k+1, run batch k, deliver + commit batch k-1. Delivery and commits happen in
-batch order, and a batch's offsets are committed only after its results are delivered. The
+assigned partitions are drained. Four stages overlap, linked by bounded queues: collect +
+tokenise batch k+1, run batch k, deliver batch k-1, settle (commit, caches, traces, version
+stats) what was delivered before it (workers/delivery/settle.py). Delivery and commits happen
+in batch order, and a batch's offsets are committed only after its results are delivered. The
 parts the stages use are wired in workers/assembly.py.
 """
 
@@ -22,7 +23,6 @@ from common.clients import redis_client
 from common.credentials import verify_credentials
 from common.startup import open_clients
 from common.heartbeats import HealthState
-from common.process import return_memory
 from models.backends.base import Backend
 from models.backends.onnx import DeviceUnavailable
 from models.loading import ModelLoader
@@ -36,9 +36,9 @@ from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed, compute, failed
 from workers.compute.prepare import Prepared, encode_groups, sort_batch, unreadable
 from workers.compute.provenance import Provenance
-from workers.delivery.offsets import backlog_drained, commit_records, hand_on, owned_partitions
+from workers.delivery.offsets import backlog_drained, hand_on, owned_partitions
+from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
 from workers.delivery.sink import Outcome
-from workers.delivery.version_stats import record_versions
 from workers.health.faults import FaultInjector
 from workers.health.supervisor import Supervisor, beat_failed
 from workers.membership import KafkaMember, group_consumer
@@ -48,8 +48,8 @@ from workers.serving.model_set import ModelSet
 from workers.settings import OverlongInputs, Role, WorkerSettings
 
 log = logging.getLogger(__name__)
-# After a batch this large, glibc is asked to give freed memory back (a 5 MB record leaves ~400 MB behind).
-OUTSIZED_BATCH_BYTES = 1 << 20
+# Computed batches that may wait for delivery: the model goes on while a delivery waits on its round trips.
+COMPUTED_DEPTH = 2
 
 
 class Worker(KafkaMember):
@@ -236,13 +236,17 @@ class Worker(KafkaMember):
     async def _serve_session(self, consumer: AIOKafkaConsumer, burst: bool) -> bool:
         """One membership of the group; True when burst mode found the backlog drained."""
         self._health.set(1)
+        # One prepared batch at most: the batching policy sizes the next batch while the model is busy.
         prepared: asyncio.Queue[Prepared | None] = asyncio.Queue(maxsize=1)
-        computed: asyncio.Queue[Computed | None] = asyncio.Queue(maxsize=1)
+        computed: asyncio.Queue[Computed | None] = asyncio.Queue(maxsize=COMPUTED_DEPTH)
+        delivered: asyncio.Queue[Delivered | None] = asyncio.Queue(maxsize=SETTLE_DEPTH)
+        settler = Settler(self._require_consumer, self.caches, self.tracer, self.parts.stats, self._count)
         try:
             async with asyncio.TaskGroup() as stages:
                 collecting = stages.create_task(self._collect_stage(consumer, prepared, burst))
                 stages.create_task(self._compute_stage(prepared, computed))
-                stages.create_task(self._deliver_stage(computed))
+                stages.create_task(self._deliver_stage(computed, delivered))
+                stages.create_task(settler.run(delivered))
         except BaseExceptionGroup as group:
             raise group.exceptions[0] from group  # the first stage failure is the cause; pass it on as is
         finally:
@@ -322,7 +326,8 @@ class Worker(KafkaMember):
                                              device=self.backend.device, worker=self.worker_id,
                                              state=state.value).set(1 if state is new else 0)
 
-    async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]") -> None:
+    async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]",
+                             out: "asyncio.Queue[Delivered | None]") -> None:
         while (batch := await inbox.get()) is not None:
             started = time.perf_counter()
             # Records of partitions a rebalance took away are the new owner's to answer.
@@ -330,18 +335,13 @@ class Worker(KafkaMember):
             outcomes = [o for o in batch.outcomes if o.source is None or (o.source[0], o.source[1]) in owned]
             letters = [d for d in batch.dead_letters if (d.topic, d.partition) in owned]
             await self.parts.sink.deliver(outcomes, letters)
-            await self.caches.remember(batch)
             elapsed = time.perf_counter() - started
             self.metrics.delivery.labels(**self._labels).observe(elapsed)
             self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
             if batch.unanswered:
-                await self._hand_over(batch)
-            await self.tracer.record(outcomes)
-            await commit_records(self._require_consumer(), batch.records)
-            self._count(batch)
-            await record_versions(self.parts.stats, outcomes)
-            if sum(len(record.value or b"") for record in batch.records) > OUTSIZED_BATCH_BYTES:
-                await asyncio.to_thread(return_memory)
+                await self._hand_over(batch)  # before the settler commits them: they are on the fallback topic
+            await out.put(Delivered(batch, outcomes))
+        await out.put(None)
 
     async def _hand_over(self, batch: Computed) -> None:
         """The device failed before computing these: a primary forwards them to the CPU fallback
