@@ -160,8 +160,8 @@ class ResultSink:
 
         async def attempt() -> None:
             nonlocal pending
-            errors = await asyncio.gather(*(self._send_one(send, results) for send in pending), return_exceptions=True)
-            failed = [(send, exc) for send, exc in zip(pending, errors, strict=True) if isinstance(exc, BaseException)]
+            errors = await self._send_all(pending, results)
+            failed = [(send, exc) for send, exc in zip(pending, errors, strict=True) if exc is not None]
             refused.extend((send, exc) for send, exc in failed if not is_outage(exc))
             pending = [send for send, exc in failed if is_outage(exc)]
             if pending:
@@ -171,13 +171,34 @@ class ResultSink:
             await self._patience.until_done("kafka", attempt)
         return refused
 
-    async def _send_one(self, send: Send, results_topic: bool) -> None:
+    async def _send_all(self, sends: list[Send], results_topic: bool) -> list[BaseException | None]:
+        """Hand every send to the producer in order, then wait for all their acknowledgements: each
+        send's error, or None. The producer batches them per partition; a task per send would cost
+        more than the send."""
+        handles: list[asyncio.Future[object] | BaseException] = []
+        for send in sends:
+            try:
+                handles.append(await self._enqueue(send, results_topic))
+            except Exception as exc:
+                handles.append(exc)
+        acks = [handle for handle in handles if isinstance(handle, asyncio.Future)]
+        if acks:
+            await asyncio.wait(acks)
+        return [handle if isinstance(handle, BaseException) else _error_of(handle) for handle in handles]
+
+    async def _enqueue(self, send: Send, results_topic: bool) -> "asyncio.Future[object]":
         topic, value, key = send
         if results_topic and self._ensure_topic is not None and topic not in self._known_topics:
             await self._ensure_topic(topic)
             if len(self._known_topics) < MAX_KNOWN_TOPICS:
                 self._known_topics.add(topic)
-        await (await self._producer.send(topic, value, key=key))
+        return await self._producer.send(topic, value, key=key)
+
+
+def _error_of(ack: "asyncio.Future[object]") -> BaseException | None:
+    if ack.cancelled():
+        return asyncio.CancelledError("the producer dropped the send")
+    return ack.exception()
 
 
 def _undeliverable(outcome: Outcome, topic: str, exc: BaseException) -> DeadLetter:
