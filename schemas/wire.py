@@ -163,8 +163,13 @@ class Result(_Wire):
                                "this result")
 
     def encode(self) -> bytes:
-        # Single floats halve the size of embeddings on the wire; float32 is what models produce.
-        return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True, use_single_float=True)
+        """The bytes `model_dump(mode="python", exclude_none=True)` would pack, taken from the fields as
+        they are: dumping first copies every float of an embedding, which cost more than packing it.
+        Single floats halve the size of embeddings on the wire; float32 is what models produce."""
+        fields = {name: value for name, value in self.__dict__.items() if value is not None}
+        if self.error is not None:
+            fields["error"] = self.error.model_dump(mode="python", exclude_none=True)
+        return msgpack.packb(fields, use_bin_type=True, use_single_float=True)
 
 
 class DeadLetter(_Wire):

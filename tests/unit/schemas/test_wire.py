@@ -2,7 +2,8 @@ import msgpack
 import pytest
 
 from schemas.names import fallback_topic, reply_stream, requests_topic, result_key
-from schemas.wire import SCHEMA_VERSION, DeadLetter, ReplyTo, Request, Result, Status, WireError, new_request_id
+from schemas.wire import (SCHEMA_VERSION, CacheTier, DeadLetter, ErrorInfo, ReplyTo, Request, Result, Status, WireError,
+                          new_request_id)
 
 
 def a_request(**overrides: object) -> Request:
@@ -70,3 +71,17 @@ def test_names_are_defined_in_one_place() -> None:
     assert fallback_topic("minilm-embed") == "fleet.requests.minilm-embed.cpu"
     assert result_key("ab") == "fleet:result:ab"
     assert reply_stream("w1") == "fleet:reply:w1"
+
+
+@pytest.mark.parametrize("result", [
+    Result(id="a" * 32, model="m", version="m-1", status=Status.ok, outputs={"embedding": [0.25, -1.5, 3.0]},
+           device="cpu", batch_size=3, timings={"queue_ms": 1.5}, worker="w", tenant="t"),
+    Result(id="b" * 32, model="m", status=Status.error, error=ErrorInfo(code="input_too_long", message="shorten it")),
+    Result(id="c" * 32, model="m", status=Status.ok, cache=CacheTier.semantic, similarity=0.875,
+           outputs={"label": "refund", "score": 0.875, "top": [["refund", 0.875], ["other", 0.125]]}),
+], ids=["embedding", "error", "semantic-hit"])
+def test_a_result_packs_to_the_bytes_its_model_dump_would(result: Result) -> None:
+    dumped = msgpack.packb(result.model_dump(mode="python", exclude_none=True), use_bin_type=True,
+                           use_single_float=True)
+    assert result.encode() == dumped
+    assert Result.decode(result.encode()) == result
