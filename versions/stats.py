@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -47,10 +49,7 @@ BUCKET_FIELDS: tuple[str, ...] = tuple(bucket_field(bound) for bound in LATENCY_
 
 def bucket_index(latency_ms: float) -> int:
     """Index of the first bound >= latency (NaN and negatives land in the first bucket)."""
-    for index, bound in enumerate(LATENCY_BOUNDS_MS):
-        if latency_ms <= bound:
-            return index
-    return len(LATENCY_BOUNDS_MS) - 1
+    return bisect_left(LATENCY_BOUNDS_MS, latency_ms) if latency_ms > 0 else 0
 
 
 def _text(value: bytes | str) -> str:
@@ -67,10 +66,7 @@ class VersionStatsRecorder:
 
     async def record(self, version: str, ok: int, errors: int, latencies_ms: Sequence[float]) -> bool:
         """Add one batch's figures; False (and a log line) when Redis did not take them."""
-        counts: dict[int, int] = {}
-        for latency in latencies_ms:
-            index = bucket_index(latency)
-            counts[index] = counts.get(index, 0) + 1
+        counts = Counter(map(bucket_index, latencies_ms))
         key = version_stats_key(self.model, version)
         try:
             async with self.redis.pipeline(transaction=False) as pipe:

@@ -6,9 +6,10 @@ test checks that every name they use is defined here (or in gateway/app.py).
 """
 
 from collections import Counter as Tally
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
+import numpy as np
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -29,6 +30,7 @@ EFFICIENCY_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.4, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0)
 TOKEN_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512)
 MODEL_LABELS = ["model", "version", "role", "device"]
+MAX_LABEL_SETS = 64  # cached children of (model, version, role, device): a worker serves a few versions
 
 
 class WorkerMetrics:
@@ -81,6 +83,7 @@ class WorkerMetrics:
                              registry=reg)
         self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
+        self._series: dict[tuple[str, ...], _ModelSeries] = {}
 
 
     def observe_load(self, model: str, backend: "Backend", seconds: float) -> None:
@@ -97,31 +100,83 @@ class WorkerMetrics:
 
     def observe_batch(self, labels: dict[str, str], batch: "Computed") -> None:
         """Everything one delivered micro-batch says about latency, sizes and outcomes."""
+        series = self._series_of(labels)
         if batch.computed:
-            self.batch_size.labels(**labels).observe(batch.computed)
-            self.inference.labels(**labels).observe(batch.inference_ms / 1000)
-            for queue_ms in batch.stage_ms["queue"]:
-                self.queue_wait.labels(**labels).observe(queue_ms / 1000)
-            for stage in ("topic", "batch_wait"):
-                for ms in batch.stage_ms[stage]:
-                    self.stage.labels(**labels, stage=stage).observe(ms / 1000)
-            self.stage.labels(**labels, stage="inference").observe(batch.inference_ms / 1000)
-        for tokens in batch.input_tokens:
-            self.input_tokens.labels(**labels).observe(tokens)
+            series.batch_size.observe(batch.computed)
+            series.inference.observe(batch.inference_ms / 1000)
+            observe_all(series.queue_wait, batch.stage_ms["queue"], scale=1e-3)
+            observe_all(series.topic, batch.stage_ms["topic"], scale=1e-3)
+            observe_all(series.batch_wait, batch.stage_ms["batch_wait"], scale=1e-3)
+            series.inference_stage.observe(batch.inference_ms / 1000)
+        observe_all(series.input_tokens, batch.input_tokens)
         if batch.padding_efficiency is not None:
-            self.padding_efficiency.labels(**labels).observe(batch.padding_efficiency)
+            series.padding_efficiency.observe(batch.padding_efficiency)
         if batch.expired:
-            self.expired.labels(**labels).inc(batch.expired)
+            series.expired.inc(batch.expired)
         delivered_ms = now_ms()
-        end_to_end = self.end_to_end.labels(**labels)
         counts = Tally((outcome.result.status.value, outcome.result.cache.value) for outcome in batch.outcomes)
         for (status, cache), count in counts.items():
-            self.results.labels(**labels, status=status, cache=cache).inc(count)
-        for outcome in batch.outcomes:
-            if outcome.request is not None:
-                end_to_end.observe(max(delivered_ms - outcome.request.submitted_ms, 0) / 1000)
+            series.result(status, cache).inc(count)
+        observe_all(series.end_to_end, [max(delivered_ms - outcome.request.submitted_ms, 0)
+                                        for outcome in batch.outcomes if outcome.request is not None], scale=1e-3)
         for letter in batch.dead_letters:
             self.dead_letters.labels(model=labels["model"], reason=letter.code).inc()
+
+    def _series_of(self, labels: dict[str, str]) -> "_ModelSeries":
+        """The children of one label set, looked up once: `labels()` costs more than an observation."""
+        key = tuple(labels[name] for name in MODEL_LABELS)
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= MAX_LABEL_SETS:
+                self._series.clear()  # versions come and go; the children stay in their families regardless
+            series = self._series[key] = _ModelSeries(self, labels)
+        return series
+
+
+def observe_all(histogram: Histogram, values: Sequence[float], *, scale: float = 1.0) -> None:
+    """`histogram.observe(v * scale)` for every value, as one increment per bucket the values fall
+    in: a batch's per-request latencies cost one observation each otherwise, more than the rest of
+    a cache hit. Reaches into the child's buckets (prometheus_client keeps them as `_buckets`, with
+    `_upper_bounds` and `_sum`); a child without them is observed value by value."""
+    if not len(values):
+        return
+    bounds, buckets, total = (getattr(histogram, name, None) for name in ("_upper_bounds", "_buckets", "_sum"))
+    if bounds is None or buckets is None or total is None:
+        for value in values:
+            histogram.observe(value * scale)
+        return
+    scaled = np.asarray(values, dtype=np.float64) * scale
+    # observe() counts a value in the first bucket whose upper bound is >= it (the last bound is +Inf).
+    counts = np.bincount(np.searchsorted(np.asarray(bounds), scaled, side="left"), minlength=len(bounds))
+    for bucket, count in zip(buckets, counts.tolist(), strict=False):
+        if count:
+            bucket.inc(count)
+    total.inc(float(scaled.sum()))
+
+
+class _ModelSeries:
+    """The per-batch metrics' children of one (model, version, role, device)."""
+
+    def __init__(self, metrics: WorkerMetrics, labels: dict[str, str]) -> None:
+        self._metrics, self._labels = metrics, labels
+        self.batch_size = metrics.batch_size.labels(**labels)
+        self.inference = metrics.inference.labels(**labels)
+        self.queue_wait = metrics.queue_wait.labels(**labels)
+        self.topic = metrics.stage.labels(**labels, stage="topic")
+        self.batch_wait = metrics.stage.labels(**labels, stage="batch_wait")
+        self.inference_stage = metrics.stage.labels(**labels, stage="inference")
+        self.input_tokens = metrics.input_tokens.labels(**labels)
+        self.padding_efficiency = metrics.padding_efficiency.labels(**labels)
+        self.expired = metrics.expired.labels(**labels)
+        self.end_to_end = metrics.end_to_end.labels(**labels)
+        self._results: dict[tuple[str, str], Counter] = {}
+
+    def result(self, status: str, cache: str) -> Counter:
+        child = self._results.get((status, cache))
+        if child is None:
+            child = self._results[(status, cache)] = self._metrics.results.labels(**self._labels, status=status,
+                                                                                   cache=cache)
+        return child
 
 
 class GpuCollector(Collector):
