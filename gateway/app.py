@@ -16,6 +16,7 @@ outage is 503 with Retry-After; too many requests in flight, in the process or o
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request, S
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import BaseModel
 
 from gateway.auth import Authenticate, Caller, KeyDirectory, caller_of
@@ -58,6 +60,8 @@ class Accepted(BaseModel):
 
 class GatewayMetrics:
     def __init__(self) -> None:
+        # Set when `--workers N` runs several processes: their values live in files and any process sums them.
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry()
         self.requests = Counter("fleet_gateway_requests", "HTTP requests by route and status code",
                                 ["route", "code"], registry=self.registry)
@@ -74,15 +78,30 @@ class GatewayMetrics:
                                    ["dependency"], registry=self.registry)
         self.internal_errors = Counter("fleet_gateway_internal_errors", "Unexpected exceptions answered with 503 "
                                        "(each logged with its error id)", registry=self.registry)
-        self.in_flight = Gauge("fleet_gateway_in_flight", "/v1 requests being answered now", registry=self.registry)
+        self.in_flight = Gauge("fleet_gateway_in_flight", "/v1 requests being answered now", registry=self.registry,
+                               multiprocess_mode="livesum")
         self.auth_failures = Counter("fleet_gateway_auth_failures", "Requests refused for their API key: missing, "
                                      "invalid (unknown or revoked), forbidden (wrong kind of key)", ["reason"],
                                      registry=self.registry)
         self.quota_rejections = Counter("fleet_gateway_quota_rejections", "429 answers of a tenant over its quota: "
                                         "rate (requests per second) or waits (in flight)", ["tenant", "kind"],
                                         registry=self.registry)
-        self.reader_up = Gauge("fleet_gateway_reply_reader_up", "1 while the reply reader reads from Redis",
-                               registry=self.registry)
+        self.reader_up = Gauge("fleet_gateway_reply_reader_up", "1 while the reply reader reads from Redis "
+                               "(of every gateway process)", registry=self.registry, multiprocess_mode="min")
+
+    def exposition(self) -> bytes:
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        summed = CollectorRegistry()
+        MultiProcessCollector(summed)
+        return generate_latest(summed)
+
+    async def follow_reader(self, fleet: FleetClient, every_s: float = 0.5) -> None:
+        """Keep this process's reader gauge current, for the processes that sum it from files
+        (a function gauge is read only by the process that is scraped)."""
+        while True:
+            self.reader_up.set(0.0 if _reader_down(fleet) else 1.0)
+            await asyncio.sleep(every_s)
 
 
 def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms: float) -> dict[str, Any]:
@@ -100,7 +119,8 @@ def gateway_client(settings: GatewaySettings) -> FleetClient:
 def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> FastAPI:
     fleet = client if client is not None else gateway_client(settings)
     metrics = GatewayMetrics()
-    metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
+    if not metrics.multiprocess:
+        metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
 
     directory = key_directory(settings, fleet)
 
@@ -110,9 +130,13 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
             log.warning("AUTHENTICATION IS OFF (FLEET_AUTH_REQUIRED=false): anyone who reaches this gateway may "
                         "infer, submit and read every result")
         await fleet.start()
+        following = asyncio.create_task(metrics.follow_reader(fleet)) if metrics.multiprocess else None
         try:
             yield
         finally:
+            if following is not None:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
             # A producer flushing into a dead Kafka must not hold the process past its grace period.
             try:
                 await asyncio.wait_for(fleet.stop(), settings.shutdown_grace_s / 2)
@@ -236,7 +260,7 @@ def ops_routes(fleet: FleetClient, metrics: GatewayMetrics, *, auth_required: bo
 
     @routes.get("/metrics", summary="Prometheus metrics (a key of a metrics tenant)", dependencies=KEY_SCHEMES)
     async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return routes
 

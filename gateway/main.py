@@ -6,6 +6,7 @@ exits non-zero with one clear line. Once serving, SIGTERM ends the process withi
 `shutdown_grace_s`, whatever Kafka and Redis do meanwhile.
 """
 
+import argparse
 import asyncio
 import logging
 import socket
@@ -21,6 +22,7 @@ from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog
 from gateway.app import create_app, gateway_client
 from gateway.client import FleetClient
+from gateway.processes import ensure_multiprocess_metrics, run_processes, share_of
 from gateway.settings import GatewaySettings
 
 log = logging.getLogger("gateway")
@@ -106,15 +108,35 @@ async def serve(settings: GatewaySettings, listener: socket.socket) -> int:
     return 0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
     settings = GatewaySettings()
+    workers = args.workers if args.workers is not None else settings.gateway_workers
+    if workers > 1:
+        ensure_multiprocess_metrics(sys.argv[1:] if argv is None else argv)
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
     try:
         listener = bind(settings.host, settings.port)
     except OSError as exc:
         log.error("gateway cannot listen on %s:%d: %s", settings.host, settings.port, exc)
         sys.exit(EXIT_CANNOT_BIND)
-    sys.exit(asyncio.run(serve(settings, listener)))
+    if workers == 1:
+        sys.exit(asyncio.run(serve(settings, listener)))
+    log.info("gateway starting %d processes on %s:%d", workers, settings.host, settings.port)
+    share = share_of(settings, workers)
+    sys.exit(run_processes(workers, lambda: asyncio.run(serve(share, listener))))
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fleet-gateway", description="Serve the HTTP gateway. Settings: FLEET_* "
+                                     "env vars (see gateway/settings.py).")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="processes serving the port, each with its own reply stream (default: "
+                        "FLEET_GATEWAY_WORKERS, else 1)")
+    args = parser.parse_args(argv)
+    if args.workers is not None and not 1 <= args.workers <= 64:
+        parser.error("--workers must be between 1 and 64")
+    return args
 
 
 if __name__ == "__main__":

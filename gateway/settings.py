@@ -36,6 +36,8 @@ class GatewaySettings(ClientSettings):
     max_params_depth: int = Field(8, ge=1, le=64, description="`params` nested deeper than this is 422")
     max_params_bytes: int = Field(16 * 1024, ge=16, description="`params` larger than this, packed, is 422")
     max_timeout_ms: int = Field(60_000, gt=0, le=600_000, description="A longer `timeout_ms` is 422")
+    gateway_workers: int = Field(1, ge=1, le=64, description="Gateway processes on the one port (`fleet-gateway "
+                                 "--workers N` sets it too); each has its own reply stream and 1/N of every quota")
     max_in_flight: int = Field(1000, ge=1, description="Concurrent /v1 requests per process; more are 429")
     retry_after_s: int = Field(1, ge=1, description="Retry-After of 429 and 503 answers")
     rule_fallbacks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per model, a safe answer "
