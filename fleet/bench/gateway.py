@@ -1,0 +1,182 @@
+"""`scripts/bench gateway`: what one HTTP gateway costs per request when every answer is cached.
+
+One worker serves a bench-only model name on the simulated device (`h200-minilm`) with the exact
+cache on; the gateway (`python -m gateway.main --workers N`, authentication on, quotas out of the
+way) takes a closed loop of keep-alive HTTP callers (fleet/bench/http_load.py) posting 64 texts
+that a warm-up pass put in the cache, so every reply is an exact hit and the gateway's own path
+(auth, validation, JSON, the produce, the reply waiter) is what is measured. Per row: req/s,
+latency, and CPU ms per request of the gateway's processes, the worker and the load generator
+(/proc counters over the window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from common.auth_keys import create_key, revoke_key
+from common.clients import redis_client
+from common.settings import FleetSettings
+from common.topics import ensure_topics
+from fleet.bench.fleet_process import WorkerProcess, bench_alias, process_cpu_s
+from fleet.bench.http_load import HttpSamples, closed_loop_http, post_bytes
+from fleet.bench.stats import percentile
+from fleet.bench.workload import support_queries
+from fleet.tables import format_table
+from models.registry import ModelRegistry
+from schemas.names import requests_topic
+from schemas.wire import now_ms
+
+MODEL = "minilm-embed"
+BENCH_MODEL = "minilm-embed-gwbench"
+TENANT = "bench-gateway"
+TEXTS = 64
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Row:
+    processes: int
+    callers: int
+    samples: HttpSamples
+    gateway_cpu_s: float
+    worker_cpu_s: float
+    load_cpu_s: float
+
+    def cells(self) -> list[str]:
+        done = max(self.samples.completed, 1)
+        failed = sum(count for status, count in self.samples.statuses.items() if status != 200)
+        return [str(self.processes), str(self.callers), f"{self.samples.completed / self.samples.window_s:,.0f}",
+                f"{percentile(self.samples.latencies_ms, 50):.1f}", f"{percentile(self.samples.latencies_ms, 99):.1f}",
+                f"{self.gateway_cpu_s * 1000 / done:.3f}", f"{self.worker_cpu_s * 1000 / done:.3f}",
+                f"{self.load_cpu_s * 1000 / done:.3f}", str(failed)]
+
+
+HEADERS = ("gateway processes", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
+           "load CPU ms/req", "non-200")
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def family_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its children (the gateway's parent and its forked processes)."""
+    pids = [pid]
+    try:
+        pids += [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    return sum(process_cpu_s(one) for one in pids)
+
+
+class Gateway:
+    def __init__(self, processes: int, port: int, log_file: Path) -> None:
+        env = {**os.environ, "FLEET_PORT": str(port), "FLEET_MODELS": f'["{BENCH_MODEL}"]',
+               "FLEET_TENANT_RPS": "1000000", "FLEET_TENANT_BURST": "1000000", "FLEET_TENANT_MAX_WAITS": "100000",
+               "FLEET_MAX_IN_FLIGHT": "10000"}
+        self.log_file = log_file
+        self._log = log_file.open("wb")
+        self.popen = subprocess.Popen([sys.executable, "-m", "gateway.main", "--workers", str(processes)], env=env,
+                                      stdout=self._log, stderr=subprocess.STDOUT)
+        self.url = f"http://{HOST}:{port}"
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        give_up = time.monotonic() + timeout_s
+        while time.monotonic() < give_up:
+            if self.popen.poll() is not None:
+                break
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"the gateway did not get ready (log: {self.log_file})")
+
+    def stop(self) -> None:
+        self.popen.terminate()
+        try:
+            self.popen.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+        self._log.close()
+
+
+async def measure(gateway: Gateway, worker: WorkerProcess, port: int, requests: Sequence[bytes], processes: int,
+                  callers: int, seconds: float) -> Row:
+    edges: list[tuple[float, float, float]] = []
+
+    def mark() -> None:
+        edges.append((family_cpu_s(gateway.popen.pid), process_cpu_s(worker.pid), process_cpu_s(os.getpid())))
+
+    samples = await closed_loop_http(HOST, port, requests, callers=callers, warmup_s=1.0, duration_s=seconds,
+                                     at_window_edges=mark)
+    (g0, w0, l0), (g1, w1, l1) = edges
+    return Row(processes, callers, samples, g1 - g0, w1 - w0, l1 - l0)
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    settings = FleetSettings()
+    source = ModelRegistry(settings.registry_dir)
+    alias_registry = ModelRegistry(settings.home / "bench" / "models")
+    bench_alias(source, source.resolve(MODEL, precision="fp32"), alias_registry, BENCH_MODEL)
+    await ensure_topics(settings, [requests_topic(BENCH_MODEL)], 4)
+    logs = settings.home / "bench" / f"gateway-{datetime.now():%Y%m%d-%H%M%S}"
+    logs.mkdir(parents=True, exist_ok=True)
+    redis = redis_client(settings)
+    issued = await create_key(redis, TENANT, now_ms=now_ms())
+    headers = {"Authorization": f"Bearer {issued.key}"}
+    texts = support_queries(TEXTS)
+    requests = [post_bytes(HOST, f"/v1/models/{BENCH_MODEL}/infer", {"text": text}, headers) for text in texts]
+    worker_env = {"FLEET_MODEL": BENCH_MODEL, "FLEET_MODEL_DIR": str(alias_registry.root), "FLEET_BACKEND": "sim",
+                  "FLEET_SIM_PRESET": "h200-minilm", "FLEET_EXACT_CACHE": "true", "FLEET_MAX_BATCH_SIZE": "256",
+                  "FLEET_WORKER_ID": "bench-gateway-worker", "FLEET_SESSION_TIMEOUT_MS": "6000"}
+    rows: list[Row] = []
+    try:
+        with WorkerProcess(worker_env, logs / "worker.log") as worker:
+            await asyncio.to_thread(worker.wait_ready, 90)
+            for processes in args.workers:
+                port = free_port()
+                gateway = Gateway(processes, port, logs / f"gateway-{processes}.log")
+                try:
+                    await asyncio.to_thread(gateway.wait_ready)
+                    await closed_loop_http(HOST, port, requests, callers=8, warmup_s=0, duration_s=1.0)  # fill the cache
+                    for callers in args.callers:
+                        row = await measure(gateway, worker, port, requests, processes, callers, args.seconds)
+                        print(format_table(HEADERS, [row.cells()]), flush=True)
+                        rows.append(row)
+                finally:
+                    gateway.stop()
+    finally:
+        await revoke_key(redis, issued.record.key_id, now_ms=now_ms())
+        await redis.aclose()
+    print(f"\nevery answer an exact-cache hit; worker on the sim device; logs in {logs}\n")
+    print(format_table(HEADERS, [row.cells() for row in rows]))
+    return 0 if all(not math.isnan(percentile(row.samples.latencies_ms, 50)) for row in rows) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench gateway", description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="gateway process counts to run")
+    parser.add_argument("--callers", type=int, nargs="+", default=[64, 128], help="closed-loop callers")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measured window of each row")
+    return asyncio.run(main_async(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
