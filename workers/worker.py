@@ -34,7 +34,7 @@ from workers.batching.collector import BatchCollector, FetchedBatch
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed, compute, failed
-from workers.compute.prepare import Prepared, encode_groups, sort_batch, unreadable
+from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_batch, unreadable
 from workers.compute.provenance import Provenance
 from workers.delivery.offsets import backlog_drained, hand_on, owned_partitions
 from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
@@ -290,11 +290,11 @@ class Worker(KafkaMember):
 
     async def _prepare_batch(self, batch: FetchedBatch) -> Prepared:
         models = self.models
-        prepared = await asyncio.to_thread(sort_batch, batch, models.serving, dict(models.resident), self._who_for,
-                                           now_ms(), self.caches.digest, self.settings.triage_rules)
+        prepared = await off_the_loop(batch, sort_batch, batch, models.serving, dict(models.resident), self._who_for,
+                                      now_ms(), self.caches.digest, self.settings.triage_rules)
         await self.caches.lookup(prepared)
         if prepared.needs_model:
-            await asyncio.to_thread(encode_groups, prepared, reject_overlong=self._reject_overlong)
+            await off_the_loop(batch, encode_groups, prepared, reject_overlong=self._reject_overlong)
         return prepared
 
     async def _compute_stage(self, inbox: "asyncio.Queue[Prepared | None]",

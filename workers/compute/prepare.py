@@ -1,5 +1,6 @@
-"""Preparing a micro-batch for the model, in a worker thread: `sort_batch` (triage, then a
-version group per serving version) and `encode_groups` (tokenise). Cache lookups happen between
+"""Preparing a micro-batch for the model, in a worker thread (on the event loop when the batch is
+a few KiB: `off_the_loop`): `sort_batch` (triage, then a version group per serving version) and
+`encode_groups` (tokenise). Cache lookups happen between
 the two (workers/cache/batch.py) and take rows out with `drop_rows`.
 
 A batch is split by version: each `VersionGroup` runs on its own backend, so a canary's rows
@@ -7,11 +8,12 @@ never share a model call with stable's. Tokenizers and ONNX Runtime release the 
 k+1 is tokenised while batch k runs and batch k-1 is delivered.
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +27,9 @@ from workers.delivery.sink import Outcome
 from workers.serving.model_set import Serving
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# Below this many bytes of records, triage and tokenising cost less than the hop to a thread and back.
+INLINE_BATCH_BYTES = 16 * 1024
 
 
 @dataclass
@@ -53,6 +58,13 @@ class Prepared:
     @property
     def needs_model(self) -> bool:
         return any(group.ready for group in self.groups)
+
+
+async def off_the_loop(batch: FetchedBatch, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`work(*args, **kwargs)` in a worker thread, or right here when the batch is small."""
+    if sum(len(record.value or b"") for record in batch.records) <= INLINE_BATCH_BYTES:
+        return work(*args, **kwargs)
+    return await asyncio.to_thread(work, *args, **kwargs)
 
 
 def timings_of(prepared: Prepared, item: Ready, finished_ms: float, **stages: float) -> dict[str, float]:
