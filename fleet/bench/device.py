@@ -27,11 +27,13 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from fleet.bench.fleet_process import CpuCounters, CpuSplit, WorkerProcess, bench_alias, cpu_counters, process_cpu_s
+from fleet.bench.fleet_process import (CpuCounters, CpuSplit, GroupWatch, WorkerProcess, bench_alias, cpu_counters,
+                                      process_cpu_s)
 from fleet.bench.load import PhaseSamples, TextCycle, closed_loop, open_loop
 from fleet.bench.stats import percentile, poisson_arrivals
 from fleet.bench.workload import support_queries
@@ -49,6 +51,7 @@ MODEL = "minilm-embed"
 BENCH_MODEL = "minilm-embed-devbench"
 RESULTS_TOPIC = "fleet.results.bench-device"
 MAX_BATCHES = (1, 32, 64, 256)
+PARTITIONS = 4
 # The seed's §2.2 table on one A10: (max batch, max queue delay ms, QPS it measured).
 SEED_ROWS = ((1, 0.0, 45.0), (32, 50.0, 580.0), (64, 100.0, 720.0))
 BACKLOG_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
@@ -123,22 +126,25 @@ class Bench:
         await asyncio.gather(*futures)
         return reply_stream(waiter)
 
-    async def drain(self, worker: WorkerProcess, stream: str, count: int, preset: str, max_batch: int) -> Row:
-        """Replies counted between 10% and 90% of the backlog, and the worker's CPU over the same window."""
+    async def drain(self, workers: Sequence[WorkerProcess], stream: str, count: int, preset: str,
+                    max_batch: int) -> Row:
+        """Replies counted between 10% and 90% of the backlog, and the workers' CPU over the same window."""
         low, high = math.ceil(count * 0.1), math.floor(count * 0.9)
         start: tuple[float, int, float] | None = None
         give_up = time.monotonic() + max(60.0, count / 20)
         while time.monotonic() < give_up:
-            done, now, cpu = int(await self.client.redis.xlen(stream)), time.monotonic(), process_cpu_s(worker.pid)
+            done, now = int(await self.client.redis.xlen(stream)), time.monotonic()
+            cpu = sum(process_cpu_s(worker.pid) for worker in workers)
             if start is None and done >= low:
                 start = (now, done, cpu)
             if start is not None and done >= high and done > start[1]:
                 await self.client.redis.delete(stream)
                 served = done - start[1]
-                return Row(preset, max_batch, "drain", served / (now - start[0]), ceiling(preset, max_batch),
+                mode = "drain" if len(workers) == 1 else f"drain, {len(workers)} workers"
+                return Row(preset, max_batch, mode, served / (now - start[0]), len(workers) * ceiling(preset, max_batch),
                            worker_cpu_ms=(cpu - start[2]) * 1000 / served)
             await asyncio.sleep(POLL_S)
-        raise SystemExit(f"the worker did not drain {count} requests (log: {worker.log_file})")
+        raise SystemExit(f"the workers did not drain {count} requests (logs: {workers[0].log_file.parent})")
 
     async def closed(self, worker: WorkerProcess, preset: str, max_batch: int) -> Row:
         edges: list[CpuCounters | None] = []
@@ -161,12 +167,38 @@ class Bench:
         log = self.logs / f"worker-{preset}-{max_batch}.log"
         with WorkerProcess(self.worker_env(preset, max_batch, delay_ms), log) as worker:
             await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
-            rows = [await self.drain(worker, stream, count, preset, max_batch)]
+            rows = [await self.drain([worker], stream, count, preset, max_batch)]
             if loops:
                 rows.append(await self.closed(worker, preset, max_batch))
                 rows.append(await self.open(worker, preset, max_batch, rows[0].req_per_s / 2))
         print(format_table(HEADERS, [row.cells() for row in rows]), flush=True)
         return rows
+
+
+    async def scaling(self, preset: str, max_batch: int, workers: int) -> Row:
+        """`workers` workers (each its own simulated device) drain one backlog on the bench topic's partitions."""
+        count = max(min(int(workers * ceiling(preset, max_batch) * self.sizes.drain_s), self.sizes.max_backlog), 100)
+        with ExitStack() as running:
+            started = [running.enter_context(WorkerProcess(
+                self.worker_env(preset, max_batch, 0.0) | {"FLEET_WORKER_ID": f"bench-device-scale-{index}"},
+                self.logs / f"worker-scale-{workers}-{index}.log")) for index in range(workers)]
+            for worker in started:
+                await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
+            await self.settled_group(workers)  # the backlog comes once every worker owns its partitions
+            stream = await self.produce_backlog(count)
+            row = await self.drain(started, stream, count, preset, max_batch)
+        print(format_table(HEADERS, [row.cells()]), flush=True)
+        return row
+
+
+    async def settled_group(self, members: int) -> None:
+        async with GroupWatch(self.settings, BENCH_MODEL, requests_topic(BENCH_MODEL)) as group:
+            give_up = time.monotonic() + READY_TIMEOUT_S
+            while len(await group.members()) < members:
+                if time.monotonic() > give_up:
+                    raise SystemExit(f"{members} workers did not all join group {BENCH_MODEL}")
+                await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # the last join's rebalance hands the partitions out
 
 
 def ceiling(preset: str, max_batch: int) -> float:
@@ -199,7 +231,7 @@ async def main_async(args: argparse.Namespace) -> int:
     source = ModelRegistry(settings.registry_dir)
     alias_registry = ModelRegistry(settings.home / "bench" / "models")
     bench_alias(source, source.resolve(MODEL, precision="fp32"), alias_registry, BENCH_MODEL)
-    await ensure_topics(settings, [requests_topic(BENCH_MODEL), RESULTS_TOPIC], 4)
+    await ensure_topics(settings, [requests_topic(BENCH_MODEL), RESULTS_TOPIC], PARTITIONS)
     sizes = QUICK if args.quick else FULL
     logs = settings.home / "bench" / f"device-{datetime.now():%Y%m%d-%H%M%S}"
     async with FleetClient(ClientSettings(default_timeout_s=60)) as client:
@@ -207,10 +239,15 @@ async def main_async(args: argparse.Namespace) -> int:
         rows: list[Row] = []
         for max_batch in args.max_batch:
             rows += await bench.run_config("h200-minilm", max_batch, 0.0, loops=not args.drain_only)
+        scaled = [await bench.scaling("h200-minilm", args.scale_batch, count) for count in args.scale_workers]
         seed_rows = [row for max_batch, delay_ms, _ in SEED_ROWS
                      for row in await bench.run_config("a10-bert-base", max_batch, delay_ms, loops=False)]
     print(f"\none worker, FLEET_BACKEND=sim, exact cache off; worker logs in {logs}\n")
     print(format_table(HEADERS, [row.cells() for row in rows]))
+    if scaled:
+        print(f"\nScaling on this machine: 1..{max(args.scale_workers)} workers, max batch {args.scale_batch}, "
+              f"{PARTITIONS} partitions, one backlog:\n")
+        print(format_table(HEADERS, [row.cells() for row in scaled]))
     print("\nThe seed's §2.2 table (BERT-base, 128 tokens, one A10) with the a10-bert-base preset, backlog drained:\n")
     print(seed_table(seed_rows))
     return 0
@@ -221,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short phases: the whole run in under 2 minutes")
     parser.add_argument("--max-batch", type=int, nargs="+", default=list(MAX_BATCHES), help="max batch sizes")
     parser.add_argument("--drain-only", action="store_true", help="skip the closed and open loops")
+    parser.add_argument("--scale-workers", type=int, nargs="*", default=[1, 2, 4], metavar="N",
+                        help="worker counts draining one backlog together (none: skip the scaling rows)")
+    parser.add_argument("--scale-batch", type=int, default=256, help="max batch of the scaling rows")
     return asyncio.run(main_async(parser.parse_args(argv)))
 
 
