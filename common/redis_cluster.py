@@ -1,0 +1,91 @@
+"""What the fleet does differently on a Redis Cluster (FLEET_REDIS_CLUSTER=true), in one place.
+
+A cluster refuses a command, script or MULTI whose keys lie in more than one hash slot. The
+key names are part of the wire contract (schemas/names.py: `fleet:result:<id>`,
+`fleet:reply:<waiter>`, ...), so they get no hash tags; instead the multi-key operations below
+split their keys by slot on a cluster and keep the one-call form on a plain Redis:
+
+    values = await mget_all(redis, keys)           # MGET, or one MGET per slot
+    await set_all(redis, pairs, ttl_s, script)     # one script call, or SETs in a cluster pipeline
+    async with multi_key_pipeline(redis) as pipe:  # MULTI, or a plain pipeline across slots
+        ...
+
+`redis.asyncio.cluster.RedisCluster` itself routes each single-key command to the master of its
+slot, follows MOVED/ASK after a failover, runs SCAN on every master (`scan_iter`) and splits
+DEL/UNLINK by slot, so code that uses only those needs nothing from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+from redis.commands.core import AsyncScript
+from redis.crc import key_slot
+from redis.exceptions import RedisError, SlotNotCoveredError
+
+# What common.clients.redis_client builds: a plain client, or a cluster client when FLEET_REDIS_CLUSTER is true.
+AnyRedis: TypeAlias = Redis | RedisCluster
+AnyPipeline: TypeAlias = Pipeline | ClusterPipeline
+# Errors of a Redis that is down or failing over. SlotNotCoveredError (no master known for a slot
+# while a failover is under way) is no RedisError in redis-py, so `except RedisError` misses it.
+REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, SlotNotCoveredError)
+
+K = TypeVar("K", str, bytes)
+
+
+def is_cluster(redis: AnyRedis) -> bool:
+    return isinstance(redis, RedisCluster)
+
+
+def slot_of(key: str | bytes) -> int:
+    """The hash slot of `key` (0..16383), hash tags respected: what a cluster routes by."""
+    return key_slot(key.encode() if isinstance(key, str) else key)
+
+
+def group_by_slot(keys: Iterable[K]) -> dict[int, list[int]]:
+    """Positions of `keys` grouped by hash slot: slot -> positions in order (a key repeated keeps each position)."""
+    groups: dict[int, list[int]] = {}
+    for position, key in enumerate(keys):
+        groups.setdefault(slot_of(key), []).append(position)
+    return groups
+
+
+def single_slot(keys: Iterable[str | bytes]) -> bool:
+    """True when every key lies in one slot (or there are none): a script or MULTI over them runs on a cluster."""
+    return len({slot_of(key) for key in keys}) <= 1
+
+
+async def mget_all(redis: AnyRedis, keys: Sequence[str]) -> list[bytes | None]:
+    """MGET of `keys`, one answer per key in order; on a cluster one MGET per slot (not atomic across slots)."""
+    if not keys:
+        return []
+    if isinstance(redis, RedisCluster):
+        values: list[bytes | None] = await redis.mget_nonatomic(list(keys))
+    else:
+        values = await redis.mget(list(keys))
+    return values
+
+
+async def set_all(redis: AnyRedis, pairs: Sequence[tuple[str, bytes]], ttl_s: int, script: AsyncScript) -> None:
+    """SET key value EX ttl_s for every pair. `script` takes KEYS = keys and ARGV = ttl, then the
+    values: one call on a plain Redis. On a cluster, SETs in one pipeline (one round trip per master)."""
+    if not pairs:
+        return
+    if isinstance(redis, RedisCluster):
+        async with redis.pipeline(transaction=False) as pipe:
+            for key, value in pairs:
+                pipe.set(key, value, ex=ttl_s)
+            await pipe.execute()
+        return
+    await script(keys=[key for key, _ in pairs], args=[ttl_s, *(value for _, value in pairs)])
+
+
+def multi_key_pipeline(redis: AnyRedis, *, transaction: bool = True) -> Any:
+    """A pipeline over keys of different slots: MULTI/EXEC on a plain Redis (when `transaction`),
+    a plain pipeline on a cluster, which refuses a transaction across slots. Use it only where
+    the commands need not be all-or-nothing (each one is safe to see alone)."""
+    return redis.pipeline(transaction=transaction and not isinstance(redis, RedisCluster))
