@@ -26,6 +26,8 @@ from aiokafka import AIOKafkaProducer, ConsumerRecord
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram
 from redis.asyncio import Redis
 
+from common.redis_cluster import mget_all
+
 from schemas.names import comparisons_topic, result_key, shadow_stats_key
 from versions.pointers import read_pointers
 from schemas.shadow import Comparison, LiveSource
@@ -248,7 +250,7 @@ class ShadowEngine:
         found: dict[str, Result] = {}
         waiting = list(items)
         while True:
-            values = await self._redis.mget([result_key(item.request.id) for item in waiting])
+            values = await mget_all(self._redis, [result_key(item.request.id) for item in waiting])
             still: list[_Item] = []
             for item, value in zip(waiting, values, strict=True):
                 result = _decode_result(value)
