@@ -14,9 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-
-from common.redis_cluster import AnyRedis
+from common.redis_cluster import AnyRedis, FleetRedisCluster
 from common.settings import SASL_PROTOCOLS, TLS_PROTOCOLS, FleetSettings
 
 
@@ -76,5 +74,5 @@ def redis_client(settings: FleetSettings, **overrides: Any) -> AnyRedis:
     learns the other nodes from the one in the URL, and follows MOVED after a failover."""
     url, options = redis_options(settings)
     if settings.redis_cluster:
-        return RedisCluster.from_url(url, **(options | overrides))
+        return FleetRedisCluster.from_url(url, **(options | overrides))
     return Redis.from_url(url, **(options | overrides))

@@ -25,7 +25,8 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.crc import key_slot
-from redis.exceptions import RedisError, SlotNotCoveredError
+from redis.exceptions import ConnectionError as RedisConnectionError, RedisClusterException, RedisError, \
+    SlotNotCoveredError
 
 # What common.clients.redis_client builds: a plain client, or a cluster client when FLEET_REDIS_CLUSTER is true.
 AnyRedis: TypeAlias = Redis | RedisCluster
@@ -35,6 +36,28 @@ AnyPipeline: TypeAlias = Pipeline | ClusterPipeline
 REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, SlotNotCoveredError)
 
 K = TypeVar("K", str, bytes)
+
+
+class FleetRedisCluster(RedisCluster):
+    """RedisCluster whose failure to reach any node reads as a plain client's does.
+
+    When no node answers, redis-py's cluster client raises a bare RedisClusterException (no
+    RedisError) that wraps the real cause, so the fleet's `except RedisError` handlers (delivery
+    waiting out an outage, "cannot reach Redis" from the CLI, a refused password at start) would
+    miss it. Here the cause comes out instead: the ConnectionError, TimeoutError or
+    AuthenticationError itself; a cluster without full slot coverage is a ConnectionError. A node
+    that is no cluster node (FLEET_REDIS_CLUSTER=true against a plain Redis) still raises as is.
+    """
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> RedisCluster:
+        try:
+            return await super().initialize(*args, **kwargs)
+        except RedisClusterException as exc:
+            if type(exc) is not RedisClusterException or "Cluster mode is not enabled" in str(exc):
+                raise
+            if isinstance(exc.__cause__, (RedisError, OSError)):
+                raise exc.__cause__ from None
+            raise RedisConnectionError(str(exc)) from None
 
 
 def is_cluster(redis: AnyRedis) -> bool:

@@ -71,3 +71,14 @@ def test_the_cluster_setting_reads_from_the_environment(monkeypatch: pytest.Monk
 
 def test_a_slot_without_a_master_is_an_outage_to_wait_out() -> None:
     assert is_outage(SlotNotCoveredError("slot 3 not covered")) and is_outage(RedisConnectionError("gone"))
+
+
+async def test_a_cluster_nobody_answers_is_a_connection_error_as_on_a_plain_redis() -> None:
+    # redis-py's cluster client raises a bare RedisClusterException here, which `except RedisError` misses.
+    client = redis_client(FleetSettings(redis_url="redis://127.0.0.1:1/0", redis_cluster=True,
+                                        redis_connect_timeout_s=0.5))
+    try:
+        with pytest.raises(RedisConnectionError, match="127.0.0.1:1"):
+            await client.ping()
+    finally:
+        await client.aclose()
