@@ -22,11 +22,13 @@ from fleet.stack.proc import Endpoint, port_open
 from tests.paths import REPO_ROOT as ROOT
 
 
-def free_ports(*, brokers: int = 3, first_shift: int = 0) -> dict[str, str]:
+def free_ports(*, brokers: int = 3, first_shift: int = 0, redis_base: int = 27379) -> dict[str, str]:
     """FLEET_* port settings of a `brokers`-node Kafka + Redis Cluster whose every port is free now.
-    Tests that may run at the same time start from different `first_shift`s."""
+    Tests that may run at the same time start from different `first_shift`s. A Redis node's cluster
+    bus listens on its port + 10000: with `redis_base` below 22768 that stays under Linux's
+    ephemeral range (32768-60999), where a client socket of the moment can hold the port."""
     for shift in range(first_shift, first_shift + 2000, 100):
-        kafka, redis = Endpoint("127.0.0.1", 29092 + shift), Endpoint("127.0.0.1", 27379 + shift)
+        kafka, redis = Endpoint("127.0.0.1", 29092 + shift), Endpoint("127.0.0.1", redis_base + shift)
         plan = topology.plan(kafka, kafka.port + 1, redis, brokers=brokers, redis_cluster=True)
         if not any(port_open("127.0.0.1", port, 0.2) for port in plan.ports()):
             return {
@@ -48,8 +50,8 @@ def share_jars(home: Path) -> None:
 class StackCli:
     """`python -m fleet.stack` with this test's environment, and the timings of each step."""
 
-    def __init__(self, home: Path, *, brokers: int = 3, first_shift: int = 0) -> None:
-        ports = free_ports(brokers=brokers, first_shift=first_shift)
+    def __init__(self, home: Path, *, brokers: int = 3, first_shift: int = 0, redis_base: int = 27379) -> None:
+        ports = free_ports(brokers=brokers, first_shift=first_shift, redis_base=redis_base)
         self.env = {**os.environ, **ports, "FLEET_HOME": str(home), "FLEET_KAFKA_NODE_HEAP_MAX": "384m"}
         self.timings: dict[str, float] = {}
 

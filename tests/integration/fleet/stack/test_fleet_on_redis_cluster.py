@@ -57,7 +57,8 @@ LOAD_RATE_PER_S = 16.0
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackCli]:
     home = tmp_path_factory.mktemp("redis-cluster-home")
     share_jars(home)
-    cli = StackCli(home, brokers=1, first_shift=1000)  # away from test_stack_cluster.py's ports
+    # Ports away from test_stack_cluster.py's; cluster bus ports (Redis port + 10000) below the ephemeral range.
+    cli = StackCli(home, brokers=1, first_shift=1000, redis_base=20379)
     started = time.monotonic()
     try:
         up = cli("up", "--redis-cluster")
