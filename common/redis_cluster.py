@@ -18,6 +18,7 @@ DEL/UNLINK by slot, so code that uses only those needs nothing from here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
 from redis.asyncio import Redis
@@ -39,7 +40,7 @@ K = TypeVar("K", str, bytes)
 
 
 class FleetRedisCluster(RedisCluster):
-    """RedisCluster whose failure to reach any node reads as a plain client's does.
+    """RedisCluster whose connection failures read as a plain client's do.
 
     When no node answers, redis-py's cluster client raises a bare RedisClusterException (no
     RedisError) that wraps the real cause, so the fleet's `except RedisError` handlers (delivery
@@ -47,7 +48,26 @@ class FleetRedisCluster(RedisCluster):
     miss it. Here the cause comes out instead: the ConnectionError, TimeoutError or
     AuthenticationError itself; a cluster without full slot coverage is a ConnectionError. A node
     that is no cluster node (FLEET_REDIS_CLUSTER=true against a plain Redis) still raises as is.
+
+    And while a node fails, redis-py 8 can close a connection that another task is sending on;
+    that task dies of `'NoneType' object has no attribute 'writelines'` inside
+    redis/asyncio/connection.py (seen here under a master SIGKILL, in commands and pipelines).
+    That is a lost connection, so it is raised as a ConnectionError, which delivery waits out and
+    callers already handle; an AttributeError raised anywhere else is a bug and stays one.
     """
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            raise RedisClusterException("shard_hint is deprecated in cluster mode")
+        return _FleetClusterPipeline(self, transaction)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            if not _raised_in_redis_connection(exc):
+                raise
+            raise _lost_connection(exc) from exc
 
     async def initialize(self, *args: Any, **kwargs: Any) -> RedisCluster:
         try:
@@ -58,6 +78,30 @@ class FleetRedisCluster(RedisCluster):
             if isinstance(exc.__cause__, (RedisError, OSError)):
                 raise exc.__cause__ from None
             raise RedisConnectionError(str(exc)) from None
+
+
+class _FleetClusterPipeline(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error=raise_on_error, allow_redirections=allow_redirections)
+        except AttributeError as exc:
+            if not _raised_in_redis_connection(exc):
+                raise
+            raise _lost_connection(exc) from exc
+
+
+def _lost_connection(exc: AttributeError) -> RedisConnectionError:
+    return RedisConnectionError(f"connection closed under a command (a node failing): {exc}")
+
+
+def _raised_in_redis_connection(exc: BaseException) -> bool:
+    """The innermost frame of `exc` is in redis-py's asyncio connection module (see FleetRedisCluster)."""
+    tb: TracebackType | None = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and last.tb_frame.f_code.co_filename.replace("\\", "/").endswith(
+        "redis/asyncio/connection.py")
 
 
 def is_cluster(redis: AnyRedis) -> bool:

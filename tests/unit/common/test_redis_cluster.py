@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError, SlotNotCoveredError
 
 from common.clients import redis_client
@@ -80,5 +81,25 @@ async def test_a_cluster_nobody_answers_is_a_connection_error_as_on_a_plain_redi
     try:
         with pytest.raises(RedisConnectionError, match="127.0.0.1:1"):
             await client.ping()
+    finally:
+        await client.aclose()
+
+
+async def test_a_connection_closed_under_a_command_is_a_connection_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def closed_under_us(self: ClusterPipeline, *args: object, **kwargs: object) -> list[object]:
+        await Connection()._send_packed_command([b"PING\r\n"])  # what redis-py does on a connection just closed
+        return []
+
+    async def a_bug(self: ClusterPipeline, *args: object, **kwargs: object) -> list[object]:
+        raise AttributeError("not redis-py's connection")
+
+    client = redis_client(FleetSettings(redis_url="redis://127.0.0.1:1/0", redis_cluster=True))
+    try:
+        monkeypatch.setattr(ClusterPipeline, "execute", closed_under_us)
+        with pytest.raises(RedisConnectionError, match="closed under a command.*writelines"):
+            await client.pipeline().execute()
+        monkeypatch.setattr(ClusterPipeline, "execute", a_bug)
+        with pytest.raises(AttributeError, match="not redis-py's"):
+            await client.pipeline().execute()
     finally:
         await client.aclose()
