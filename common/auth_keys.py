@@ -16,8 +16,8 @@ import secrets
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from schemas.names import API_KEYS_KEY
 
 KEY_PREFIX = "fk_"
@@ -72,7 +72,7 @@ def decode_record(raw: bytes | str | None) -> KeyRecord | None:
         return None
 
 
-async def create_key(redis: Redis, tenant: str, *, now_ms: int) -> IssuedKey:
+async def create_key(redis: AnyRedis, tenant: str, *, now_ms: int) -> IssuedKey:
     """Make a key for `tenant` and store its hash; the key itself is returned once and kept nowhere."""
     if not valid_tenant(tenant):
         raise ValueError(f"tenant {tenant!r} must match {TENANT_PATTERN}")
@@ -82,18 +82,18 @@ async def create_key(redis: Redis, tenant: str, *, now_ms: int) -> IssuedKey:
     return IssuedKey(key=key, record=record)
 
 
-async def find_key(redis: Redis, digest: str) -> KeyRecord | None:
+async def find_key(redis: AnyRedis, digest: str) -> KeyRecord | None:
     """The record of the key whose sha256 is `digest`, or None; Redis errors propagate."""
     return decode_record(await redis.hget(API_KEYS_KEY, digest))
 
 
-async def list_keys(redis: Redis, tenant: str | None = None) -> list[KeyRecord]:
+async def list_keys(redis: AnyRedis, tenant: str | None = None) -> list[KeyRecord]:
     """Every stored key's record (of one tenant), oldest first."""
     records = [r for raw in (await redis.hgetall(API_KEYS_KEY)).values() if (r := decode_record(raw)) is not None]
     return sorted((r for r in records if tenant is None or r.tenant == tenant), key=lambda r: (r.created_ms, r.key_id))
 
 
-async def revoke_key(redis: Redis, key_id: str, *, now_ms: int) -> KeyRecord | None:
+async def revoke_key(redis: AnyRedis, key_id: str, *, now_ms: int) -> KeyRecord | None:
     """Mark the key with this id revoked (kept, so listings show it); None when no key has that id."""
     for digest, raw in (await redis.hgetall(API_KEYS_KEY)).items():
         record = decode_record(raw)

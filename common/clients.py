@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 from redis.asyncio import Redis
-
+from common.redis_cluster import AnyRedis, FleetRedisCluster
 from common.settings import SASL_PROTOCOLS, TLS_PROTOCOLS, FleetSettings
 
 
@@ -68,7 +68,12 @@ def redis_options(settings: FleetSettings) -> tuple[str, dict[str, Any]]:
     return url, options
 
 
-def redis_client(settings: FleetSettings, **overrides: Any) -> Redis:
-    """A Redis client; `overrides` replace connection options (e.g. a shorter socket_timeout)."""
+def redis_client(settings: FleetSettings, **overrides: Any) -> AnyRedis:
+    """A Redis client; `overrides` replace connection options (e.g. a shorter socket_timeout).
+
+    With `redis_cluster` a RedisCluster, which takes the same credentials, TLS and timeouts,
+    learns the other nodes from the one in the URL, and follows MOVED after a failover."""
     url, options = redis_options(settings)
+    if settings.redis_cluster:
+        return FleetRedisCluster.from_url(url, **(options | overrides))
     return Redis.from_url(url, **(options | overrides))

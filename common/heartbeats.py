@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from schemas.names import WORKER_MODELS_KEY, drain_key, worker_key, workers_index_key
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class WorkerInfo:
         return self.role == PRIMARY and self.state in SERVING_STATES and not self.drained
 
 
-async def list_workers(redis: Redis, model: str | None = None, *, now_s: float | None = None) -> list[WorkerInfo]:
+async def list_workers(redis: AnyRedis, model: str | None = None, *, now_s: float | None = None) -> list[WorkerInfo]:
     """Live workers (of one model), sorted by model then worker id."""
     models = [model] if model is not None else sorted(_text(m) for m in await redis.smembers(WORKER_MODELS_KEY))
     now = time.time() if now_s is None else now_s
@@ -91,7 +91,7 @@ async def list_workers(redis: Redis, model: str | None = None, *, now_s: float |
     return sorted(found, key=lambda info: (info.model, info.worker))
 
 
-async def _indexed(redis: Redis, model: str, now_s: float) -> list[bytes | str]:
+async def _indexed(redis: AnyRedis, model: str, now_s: float) -> list[bytes | str]:
     """Worker ids of `model` whose heartbeat has not expired (the hash itself has the last word)."""
     index = workers_index_key(model)
     now_ms = int(now_s * 1000)
@@ -105,26 +105,26 @@ async def _indexed(redis: Redis, model: str, now_s: float) -> list[bytes | str]:
     return list(workers)
 
 
-async def healthy_primaries(redis: Redis, model: str) -> int:
+async def healthy_primaries(redis: AnyRedis, model: str) -> int:
     """Primaries of `model` that can serve: healthy or degraded, and not drained."""
     return sum(info.serving_primary for info in await list_workers(redis, model))
 
 
-async def is_drained(redis: Redis, worker_id: str) -> bool:
+async def is_drained(redis: AnyRedis, worker_id: str) -> bool:
     return bool(await redis.exists(drain_key(worker_id)))
 
 
-async def drain(redis: Redis, worker_id: str) -> None:
+async def drain(redis: AnyRedis, worker_id: str) -> None:
     """Ask `worker_id` to stop taking work; it stays drained until `undrain`."""
     await redis.set(drain_key(worker_id), str(int(time.time() * 1000)))
 
 
-async def undrain(redis: Redis, worker_id: str) -> bool:
+async def undrain(redis: AnyRedis, worker_id: str) -> bool:
     """Let `worker_id` take work again; False when it was not drained."""
     return bool(await redis.delete(drain_key(worker_id)))
 
 
-async def _drained_ids(redis: Redis, worker_ids: list[str]) -> set[str]:
+async def _drained_ids(redis: AnyRedis, worker_ids: list[str]) -> set[str]:
     if not worker_ids:
         return set()
     async with redis.pipeline(transaction=False) as pipe:

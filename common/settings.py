@@ -64,6 +64,8 @@ class FleetSettings(BaseSettings):
     redis_password: SecretStr | None = Field(None, description="Redis password (AUTH)")
     redis_tls: bool = Field(False, description="Connect to Redis over TLS (as a rediss:// URL does)")
     redis_tls_ca_file: Path | None = Field(None, description="CA bundle that signs Redis's certificate (redis_tls)")
+    redis_cluster: bool = Field(False, description="FLEET_REDIS_URL names one node of a Redis Cluster: connect "
+                                "with a cluster client (it discovers the other nodes and follows failovers)")
     home: Path = Field(Path(".fleet"), description="Folder for local state: stack data, model registry")
     log_json: bool = Field(False, description="Log JSON lines (one object per line) instead of plain text")
     log_level: str = Field("INFO", description="Python logging level")

@@ -6,16 +6,16 @@ password fails the process before it spends seconds loading a model."""
 from contextlib import AsyncExitStack
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.clients import new_producer, redis_client
 from common.settings import FleetSettings
 from common.topics import ensure_topics
 
 
-async def open_clients(settings: FleetSettings, exit_stack: AsyncExitStack, redis: Redis | None,
+async def open_clients(settings: FleetSettings, exit_stack: AsyncExitStack, redis: AnyRedis | None,
                        producer: AIOKafkaProducer | None, *, topics: list[str], partitions: int,
-                       linger_ms: int) -> tuple[Redis, AIOKafkaProducer]:
+                       linger_ms: int) -> tuple[AnyRedis, AIOKafkaProducer]:
     """Create `topics` if missing, then the clients: the injected ones (tests share theirs), else
     new ones that `exit_stack` closes."""
     await ensure_topics(settings, topics, partitions)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from fastapi import HTTPException, Request
 from prometheus_client import Counter
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from common.redis_cluster import AnyRedis
 from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
 from common.logs import LogThrottle
 from gateway.errors import FleetUnavailable
@@ -96,7 +96,7 @@ class KeysFile:
 class KeyDirectory:
     """Key digest -> record, from the keys file first, then Redis; answers reused for `cache_s`."""
 
-    def __init__(self, redis: Callable[[], Redis], *, cache_s: float, lookup_timeout_s: float,
+    def __init__(self, redis: Callable[[], AnyRedis], *, cache_s: float, lookup_timeout_s: float,
                  keys_file: Path | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._redis = redis
         self._cache_s = cache_s

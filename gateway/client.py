@@ -16,9 +16,9 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.redis_cluster import AnyRedis
 from common.clients import new_consumer, new_producer, redis_client
 from common.credentials import verify_credentials
 from common.topics import ensure_topics, partitions_of
@@ -57,7 +57,7 @@ class RequestOptions:
 
 class FleetClient:
     def __init__(self, settings: ClientSettings | None = None, *, producer: AIOKafkaProducer | None = None,
-                 redis: Redis | None = None) -> None:
+                 redis: AnyRedis | None = None) -> None:
         self.settings = settings if settings is not None else ClientSettings()
         self._given_producer, self._given_redis = producer, redis
         self._producer = producer
@@ -119,7 +119,7 @@ class FleetClient:
         return self._producer
 
     @property
-    def redis(self) -> Redis:
+    def redis(self) -> AnyRedis:
         if self._redis is None:
             raise RuntimeError("client not started")
         return self._redis

@@ -12,9 +12,9 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.redis_cluster import AnyRedis
 from common.heartbeats import WorkerInfo, list_workers
 from common.logs import LogThrottle
 from schemas.names import fallback_topic, requests_topic
@@ -45,7 +45,7 @@ def choose(model: str, workers: list[WorkerInfo]) -> Route:
 
 
 class Router:
-    def __init__(self, redis: Redis, *, cache_s: float = CACHE_S, log_every_s: float = 10.0) -> None:
+    def __init__(self, redis: AnyRedis, *, cache_s: float = CACHE_S, log_every_s: float = 10.0) -> None:
         self._redis = redis
         self._cache_s = cache_s
         self._routes: dict[str, tuple[Route, float]] = {}

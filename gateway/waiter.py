@@ -15,9 +15,9 @@ import logging
 import secrets
 import time
 
-from redis.asyncio import Redis
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from common.redis_cluster import AnyRedis
 from common.logs import LogThrottle
 from gateway.errors import FleetUnavailable, Overloaded
 from schemas.names import reply_stream
@@ -32,7 +32,7 @@ Entries = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
 
 class ReplyWaiter:
-    def __init__(self, redis: Redis, waiter_id: str | None = None, *, max_pending: int = 100_000,
+    def __init__(self, redis: AnyRedis, waiter_id: str | None = None, *, max_pending: int = 100_000,
                  max_backoff_s: float = 1.0, log_every_s: float = 10.0) -> None:
         self.waiter_id = waiter_id or secrets.token_hex(8)
         self.stream = reply_stream(self.waiter_id)

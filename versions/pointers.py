@@ -6,6 +6,11 @@ read-modify-write under WATCH and lands in one MULTI together with its audit ent
 `versions_audit_stream(model)`, so a CLI command and the rollout controller writing at the
 same moment never lose an update and the log never misses or invents a change.
 
+On a Redis Cluster the hash and the audit stream lie in different slots (both names are in
+schemas/names.py, so no hash tag joins them) and no MULTI spans two slots: there the WATCH/MULTI
+covers the hash alone, so updates are still never lost, and the audit entry follows right after
+the EXEC; a writer that dies in between leaves a change without its audit entry, never the reverse.
+
 Hash fields (all strings): stable, candidate (absent when none), percent (0..100, the
 candidate's share of unpinned traffic), state, stage (index into the rollout's stage list,
 -1 outside the canary stages), reason, updated_ms, actor; plus previous (the stable before
@@ -21,9 +26,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from common.redis_cluster import AnyRedis, is_cluster
 from schemas.names import versions_audit_stream, versions_key
 from models.registry import ModelRegistry
 from versions.routing import pick_version
@@ -133,7 +138,7 @@ class PointerState:
         return fields | {name: value for name, value in optional.items() if value is not None}
 
 
-async def read_pointers(redis: Redis, model: str) -> PointerState:
+async def read_pointers(redis: AnyRedis, model: str) -> PointerState:
     """A model's pointers as they are now (`PointerState()` when nobody has pointed it yet)."""
     return PointerState.from_hash(await redis.hgetall(versions_key(model)))  # type: ignore[misc]
 
@@ -162,7 +167,7 @@ Mutation = Callable[[PointerState], PointerState]
 class VersionPointers:
     """Reads and changes one model's pointers. `registry`, when given, vets every version pointed at."""
 
-    def __init__(self, redis: Redis, model: str, registry: ModelRegistry | None = None, *,
+    def __init__(self, redis: AnyRedis, model: str, registry: ModelRegistry | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.redis = redis
         self.model = model
@@ -280,7 +285,9 @@ class VersionPointers:
         return [AuditEntry.from_stream(entry_id, fields) for entry_id, fields in reversed(raw)]
 
     async def _update(self, action: str, actor: str, reason: str, mutate: Mutation) -> PointerState:
-        """Apply `mutate` to the current state under WATCH; write hash + audit entry in one MULTI."""
+        """Apply `mutate` to the current state under WATCH; write hash + audit entry in one MULTI
+        (on a cluster: the hash in the MULTI, the audit entry after it)."""
+        audit_apart = is_cluster(self.redis)
         async with self.redis.pipeline(transaction=True) as pipe:
             for _ in range(_MAX_WATCH_RETRIES):
                 try:
@@ -293,10 +300,12 @@ class VersionPointers:
                     pipe.multi()
                     pipe.delete(self.key)
                     pipe.hset(self.key, mapping=after.to_hash())
-                    pipe.xadd(self.audit_key, _audit_fields(actor, now_ms, action, before if raw else None, after,
-                                                            reason),
-                              maxlen=AUDIT_MAXLEN, approximate=True)
+                    audit = _audit_fields(actor, now_ms, action, before if raw else None, after, reason)
+                    if not audit_apart:
+                        pipe.xadd(self.audit_key, audit, maxlen=AUDIT_MAXLEN, approximate=True)
                     await pipe.execute()
+                    if audit_apart:
+                        await self.redis.xadd(self.audit_key, audit, maxlen=AUDIT_MAXLEN, approximate=True)
                     return after
                 except WatchError:
                     continue

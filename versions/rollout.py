@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from schemas.names import rollout_report_key
 from models.registry import ModelRegistry
 from versions.pointers import (
@@ -83,7 +83,7 @@ class _Phase:
 
 
 class RolloutController:
-    def __init__(self, redis: Redis, model: str, plan: RolloutPlan | None = None,
+    def __init__(self, redis: AnyRedis, model: str, plan: RolloutPlan | None = None,
                  registry: ModelRegistry | None = None, *, actor: str = CONTROLLER_ACTOR,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -226,7 +226,7 @@ def _ended(state: PointerState, version: str) -> RolloutOutcome | None:
                           f"{state.candidate})", True, state.stage, state.percent)
 
 
-async def read_report(redis: Redis, model: str) -> dict[str, Any] | None:
+async def read_report(redis: AnyRedis, model: str) -> dict[str, Any] | None:
     """The running controller's latest evaluation, or None when no controller reported lately."""
     raw = await redis.get(rollout_report_key(model))
     return None if raw is None else dict(json.loads(raw))

@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from schemas.names import shadow_stats_key, version_stats_key
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def _text(value: bytes | str) -> str:
 class VersionStatsRecorder:
     """Worker side. `record` never raises: a stats write must not fail or slow a delivered batch."""
 
-    def __init__(self, redis: Redis, model: str) -> None:
+    def __init__(self, redis: AnyRedis, model: str) -> None:
         self.redis = redis
         self.model = model
         self.failures = 0
@@ -159,7 +159,7 @@ class VersionStats:
     """Reader side of the per-version counters."""
 
     @staticmethod
-    async def snapshot(redis: Redis, model: str, version: str, *, now_s: float | None = None) -> StatsSnapshot:
+    async def snapshot(redis: AnyRedis, model: str, version: str, *, now_s: float | None = None) -> StatsSnapshot:
         raw = await redis.hgetall(version_stats_key(model, version))  # type: ignore[misc]
         return StatsSnapshot.from_hash(raw, time.monotonic() if now_s is None else now_s)
 
@@ -223,5 +223,5 @@ class ShadowSnapshot:
                    recomputed=int(number("recomputed") or 0))
 
 
-async def read_shadow(redis: Redis, model: str, candidate: str) -> ShadowSnapshot:
+async def read_shadow(redis: AnyRedis, model: str, candidate: str) -> ShadowSnapshot:
     return ShadowSnapshot.from_hash(await redis.hgetall(shadow_stats_key(model, candidate)))  # type: ignore[misc]

@@ -11,8 +11,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from models.backends.base import Backend
 from models.loading import ModelLoader
 from versions.stats import VersionStatsRecorder
@@ -70,7 +70,7 @@ def serving_set(settings: WorkerSettings, first: Backend, load_version: Callable
 
 async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: ModelSet, loader: ModelLoader,
                    probe: Callable[[], None],
-                   redis: Redis, producer: AIOKafkaProducer, metrics: WorkerMetrics,
+                   redis: AnyRedis, producer: AIOKafkaProducer, metrics: WorkerMetrics,
                    exit_stack: AsyncExitStack) -> WorkerParts:
     stable = models.serving.stable
     policy = BatchPolicy(settings.max_batch_size, settings.max_queue_delay_ms, settings.batch_policy,

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.clients import redis_client
 from common.credentials import verify_credentials
 from common.startup import open_clients
@@ -55,7 +55,7 @@ COMPUTED_DEPTH = 2
 class Worker(KafkaMember):
     what = "worker"
 
-    def __init__(self, settings: WorkerSettings, *, backend: Backend | None = None, redis: Redis | None = None,
+    def __init__(self, settings: WorkerSettings, *, backend: Backend | None = None, redis: AnyRedis | None = None,
                  producer: AIOKafkaProducer | None = None, metrics: WorkerMetrics | None = None,
                  takeover: bool = False, load_version: Callable[[str], Backend] | None = None) -> None:
         """`takeover=True` makes a fallback worker serve the primary topic in the primary group,
@@ -130,7 +130,7 @@ class Worker(KafkaMember):
         return self._unavailable
 
     @property
-    def redis(self) -> Redis:
+    def redis(self) -> AnyRedis:
         if self._redis is None:
             raise RuntimeError("worker not started")
         return self._redis

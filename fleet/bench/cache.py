@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
 from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
@@ -83,7 +83,7 @@ class Bench:
     sizes: Sizes
     settings: FleetSettings
     base: WorkerSettings
-    redis: Redis
+    redis: AnyRedis
     producer: AIOKafkaProducer
     progress: Progress
     stamp: str

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.clients import redis_client
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
@@ -64,12 +64,12 @@ def result_payload(rng: random.Random, kind: Kind) -> tuple[str, bytes]:
     return request_id, result.encode()
 
 
-async def _used(redis: Redis) -> int:
+async def _used(redis: AnyRedis) -> int:
     info = await redis.info("memory")
     return int(info["used_memory"])
 
 
-async def _measure(redis: Redis, count: int, write: Callable[[object, int], None], keys: list[str]) -> float:
+async def _measure(redis: AnyRedis, count: int, write: Callable[[object, int], None], keys: list[str]) -> float:
     """Bytes of `used_memory` per entry that `write` adds, `count` times, in pipelines."""
     before = await _used(redis)
     for start in range(0, count, PIPELINE):
@@ -83,7 +83,7 @@ async def _measure(redis: Redis, count: int, write: Callable[[object, int], None
     return (after - before) / count
 
 
-async def measure_kind(redis: Redis, kind: Kind, count: int, seed: int = 7) -> dict[str, float]:
+async def measure_kind(redis: AnyRedis, kind: Kind, count: int, seed: int = 7) -> dict[str, float]:
     rng = random.Random(seed)
     payloads = [result_payload(rng, kind) for _ in range(count)]
     outputs = [pack_outputs(kind.outputs(rng)) for _ in range(count)]

@@ -13,10 +13,9 @@ from contextlib import asynccontextmanager
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from common.clients import new_consumer
+from common.redis_cluster import REDIS_DOWN, AnyRedis, mget_all
 from common.settings import FleetSettings
 from common.topics import partitions_of
 from fleet.chaos.ledger import TOPIC, Ledger
@@ -126,14 +125,14 @@ def _code(value: bytes | None) -> str:
         return "(undecodable dead letter)"
 
 
-async def stored_results(redis: Redis, ids: Sequence[str]) -> list[tuple[str, str]]:
+async def stored_results(redis: AnyRedis, ids: Sequence[str]) -> list[tuple[str, str]]:
     """(id, status) of the ids whose result is stored in Redis; those not found (or unreadable) are left out."""
     found: list[tuple[str, str]] = []
     for start in range(0, len(ids), LOOKUP_CHUNK):
         chunk = list(ids[start:start + LOOKUP_CHUNK])
         try:
-            values = await redis.mget([result_key(request_id) for request_id in chunk])
-        except (RedisError, OSError):
+            values = await mget_all(redis, [result_key(request_id) for request_id in chunk])
+        except REDIS_DOWN:
             return found
         for request_id, raw in zip(chunk, values, strict=True):
             if raw is not None:

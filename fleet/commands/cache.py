@@ -19,8 +19,8 @@ import sys
 from collections import Counter
 
 from aiokafka.errors import KafkaError
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.clients import new_admin
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
@@ -67,7 +67,7 @@ def parse_entry_key(model: str, key: str) -> tuple[str, int] | None:
     return parts[0], int(parts[1][1:])
 
 
-async def clear(redis: Redis, settings: FleetSettings, model: str, version: str | None) -> int:
+async def clear(redis: AnyRedis, settings: FleetSettings, model: str, version: str | None) -> int:
     what = f"{model} version {version}" if version else f"{model} (all versions)"
     deleted = await clear_model_cache(redis, model, version)
     generation = int(await redis.get(cache_generation_key(model)) or 0)
@@ -83,7 +83,7 @@ async def clear(redis: Redis, settings: FleetSettings, model: str, version: str 
     return Exit.OK
 
 
-async def stats(redis: Redis, model: str) -> int:
+async def stats(redis: AnyRedis, model: str) -> int:
     generation = int(await redis.get(cache_generation_key(model)) or 0)
     current: Counter[str] = Counter()
     stale: Counter[str] = Counter()

@@ -27,6 +27,7 @@ from pydantic import Field
 from redis.asyncio import Redis
 
 from common.clients import redis_client
+from common.redis_cluster import mget_all
 from common.settings import FleetSettings
 from common.topics import newest_records
 from fleet.arguments import command_parser
@@ -159,7 +160,7 @@ async def gather_sample(settings: ConsistencySettings, model: str, count: int) -
         return sample
     redis = redis_client(settings)
     try:
-        raw = await redis.mget([result_key(r.id) for r in requests])
+        raw = await mget_all(redis, [result_key(r.id) for r in requests])
     finally:
         await redis.aclose()
     for request, value in zip(requests, raw, strict=True):

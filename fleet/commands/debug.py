@@ -10,8 +10,8 @@ import argparse
 import asyncio
 import json
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.clients import new_consumer
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
@@ -21,18 +21,18 @@ from schemas.names import TRACE_TOPIC, debug_key
 from schemas.wire import TraceRecord, WireError, now_ms
 
 
-async def switch_on(redis: Redis, model: str, seconds: float, tenant: str | None = None) -> int:
+async def switch_on(redis: AnyRedis, model: str, seconds: float, tenant: str | None = None) -> int:
     """Trace `model` (or one tenant) for `seconds`; returns when it ends, epoch ms."""
     until = now_ms() + int(seconds * 1000)
     await redis.set(debug_key(model, tenant), str(until), px=max(int(seconds * 1000), 1))
     return until
 
 
-async def switch_off(redis: Redis, model: str, tenant: str | None = None) -> bool:
+async def switch_off(redis: AnyRedis, model: str, tenant: str | None = None) -> bool:
     return bool(await redis.delete(debug_key(model, tenant)))
 
 
-async def remaining_s(redis: Redis, model: str, tenant: str | None = None) -> float | None:
+async def remaining_s(redis: AnyRedis, model: str, tenant: str | None = None) -> float | None:
     ttl_ms = await redis.pttl(debug_key(model, tenant))
     return ttl_ms / 1000 if ttl_ms > 0 else None
 
@@ -65,7 +65,7 @@ async def tail(settings: FleetSettings, model: str | None, count: int | None, fr
         await consumer.stop()
 
 
-async def switch(redis: Redis, args: argparse.Namespace) -> int:
+async def switch(redis: AnyRedis, args: argparse.Namespace) -> int:
     """`on`, `off` or `status` of the model's (or tenant's) debug switch."""
     if args.action == "on":
         seconds = args.seconds if args.seconds is not None else args.minutes * 60

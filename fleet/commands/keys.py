@@ -15,8 +15,8 @@ import asyncio
 import sys
 from datetime import UTC, datetime
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.auth_keys import TENANT_PATTERN, KeyRecord, create_key, list_keys, revoke_key, valid_tenant
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
@@ -37,7 +37,7 @@ def key_rows(records: list[KeyRecord]) -> list[tuple[str, ...]]:
             for r in records]
 
 
-async def create(redis: Redis, tenant: str) -> int:
+async def create(redis: AnyRedis, tenant: str) -> int:
     issued = await create_key(redis, tenant, now_ms=now_ms())
     # The key alone on stdout, so `KEY=$(fleet keys create ...)` takes it; what it is goes to stderr.
     print(f"created key {issued.record.key_id} for tenant {tenant}; it is shown this once, store it now",
@@ -46,7 +46,7 @@ async def create(redis: Redis, tenant: str) -> int:
     return Exit.OK
 
 
-async def show(redis: Redis, tenant: str | None) -> int:
+async def show(redis: AnyRedis, tenant: str | None) -> int:
     records = await list_keys(redis, tenant)
     if not records:
         print("no keys" + (f" of tenant {tenant}" if tenant else ""))
@@ -55,7 +55,7 @@ async def show(redis: Redis, tenant: str | None) -> int:
     return Exit.OK
 
 
-async def revoke(redis: Redis, key_id: str) -> int:
+async def revoke(redis: AnyRedis, key_id: str) -> int:
     record = await revoke_key(redis, key_id, now_ms=now_ms())
     if record is None:
         print(f"no key with id {key_id}; `fleet keys list` shows them", file=sys.stderr)

@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from common.redis_cluster import AnyRedis
 from common.clients import redis_client
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
@@ -278,14 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.FAILED
 
 
-async def _set_stable(redis: Redis, registry: ModelRegistry, args: Any) -> int:
+async def _set_stable(redis: AnyRedis, registry: ModelRegistry, args: Any) -> int:
     pointers = VersionPointers(redis, args.model, registry)
     state = await pointers.set_stable(args.version, args.actor or default_actor(), args.reason)
     print(f"{args.model}: stable is {state.stable}" + (f" (previous {state.previous})" if state.previous else ""))
     return Exit.OK
 
 
-async def _history(redis: Redis, model: str, limit: int) -> int:
+async def _history(redis: AnyRedis, model: str, limit: int) -> int:
     entries = await VersionPointers(redis, model).history(limit)
     if not entries:
         print(f"{model}: no pointer changes logged")

@@ -24,8 +24,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from fleet.arguments import command_parser
 from fleet.commands.models import default_actor, format_ms, history_rows
 from fleet.commands.redis_access import with_redis
@@ -115,7 +115,7 @@ async def drive(controller: RolloutController, model: str, poll_s: float) -> int
     return outcome_code(outcome)
 
 
-async def _start(redis: Redis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
+async def _start(redis: AnyRedis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
     plan = settings.plan(stages=parse_stages(args.stages) if args.stages else None, min_stage_s=args.min_stage_s,
                          shadow_min_s=args.shadow_min_s, shadow_min_compared=args.shadow_min_compared)
     printer = None if args.detach else RowPrinter(args.print_every_s)
@@ -130,7 +130,7 @@ async def _start(redis: Redis, settings: RolloutSettings, registry: ModelRegistr
     return await drive(controller, args.model, args.poll_s or settings.rollout_poll_s)
 
 
-async def _run(redis: Redis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
+async def _run(redis: AnyRedis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
     controller = RolloutController(redis, args.model, None, registry, on_event=RowPrinter(args.print_every_s))
     return await drive(controller, args.model, args.poll_s or settings.rollout_poll_s)
 
@@ -141,7 +141,7 @@ def _window_row(name: str, version: str | None, window: StatsWindow | None) -> t
     return (name, version, str(window.requests), _pct(window.error_rate), _ms(window.p99_ms))
 
 
-async def _status(redis: Redis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
+async def _status(redis: AnyRedis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
     pointers = VersionPointers(redis, args.model)
     state = await pointers.get()
     position = "-" if not state.active else \
@@ -179,7 +179,7 @@ async def _status(redis: Redis, settings: RolloutSettings, registry: ModelRegist
     return Exit.OK
 
 
-async def _operator(redis: Redis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
+async def _operator(redis: AnyRedis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
     pointers = VersionPointers(redis, args.model, registry)
     actor = args.actor or default_actor()
     reason = args.reason or f"{args.command} by hand"

@@ -15,8 +15,8 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.settings import FleetSettings
 from common.heartbeats import WorkerInfo, drain, is_drained, list_workers, undrain
 from fleet.arguments import command_parser
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
 
-    async def show(redis: Redis) -> int:
+    async def show(redis: AnyRedis) -> int:
         workers = await list_workers(redis, args.model)
         if args.json:
             print(as_json(workers))
@@ -67,20 +67,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _on_one_worker(command: str, description: str, argv: list[str] | None,
-                   switch: Callable[[Redis, str], Awaitable[str]]) -> int:
+                   switch: Callable[[AnyRedis, str], Awaitable[str]]) -> int:
     """`fleet <command> <worker>`: runs `switch` against Redis and prints what it says happened."""
     parser = command_parser(command, description)
     parser.add_argument("worker", help="worker id, as `fleet workers` shows it")
     worker = parser.parse_args(argv).worker
 
-    async def run(redis: Redis) -> int:
+    async def run(redis: AnyRedis) -> int:
         print(f"{worker} {await switch(redis, worker)}")
         return Exit.OK
 
     return asyncio.run(with_redis(FleetSettings(), run))
 
 
-async def _drain(redis: Redis, worker: str) -> str:
+async def _drain(redis: AnyRedis, worker: str) -> str:
     already = await is_drained(redis, worker)
     await drain(redis, worker)
     live = any(w.worker == worker for w in await list_workers(redis))
@@ -88,7 +88,7 @@ async def _drain(redis: Redis, worker: str) -> str:
             + ("" if live else " (no live worker with this id; the switch applies when it starts)"))
 
 
-async def _undrain(redis: Redis, worker: str) -> str:
+async def _undrain(redis: AnyRedis, worker: str) -> str:
     return "takes work again" if await undrain(redis, worker) else "was not drained"
 
 

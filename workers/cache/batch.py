@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from schemas.names import cache_generation_key
 from schemas.wire import CacheTier, Result, now_ms
 from models.backends.base import Backend
@@ -46,7 +46,7 @@ def cached_result(group: VersionGroup, request_id: str, outputs: dict[str, Any],
 
 
 class BatchCaches:
-    def __init__(self, settings: WorkerSettings, *, redis: Redis, producer: AIOKafkaProducer, metrics: CacheMetrics,
+    def __init__(self, settings: WorkerSettings, *, redis: AnyRedis, producer: AIOKafkaProducer, metrics: CacheMetrics,
                  load_encoder: Callable[[], Backend], task: str) -> None:
         """`task`: what the served model does; an embedding model never gets a semantic cache."""
         self._model = settings.model

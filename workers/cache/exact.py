@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgpack
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
+from common.redis_cluster import REDIS_DOWN, AnyRedis, mget_all, set_all
 from schemas.names import cache_generation_key, exact_cache_pattern
 from workers.cache.keys import local_key, redis_key
 from workers.cache.metrics import CacheMetrics
@@ -35,7 +34,8 @@ ENTRY_OVERHEAD = 256
 ERROR_LOG_INTERVAL_S = 30.0
 SCAN_BATCH = 500
 Tier = Literal["local", "redis"]
-# KEYS: entry keys; ARGV: TTL seconds, then one value per key.
+# KEYS: entry keys; ARGV: TTL seconds, then one value per key. (Plain Redis only: on a cluster,
+# whose slots the keys spread over, common.redis_cluster.set_all pipelines SETs instead.)
 SET_ALL_SCRIPT = """
 for i = 1, #KEYS do
   redis.call('SET', KEYS[i], ARGV[i + 1], 'EX', ARGV[1])
@@ -150,7 +150,7 @@ class _RateLimitedLog:
 class ExactCache:
     """Exact-input cache of one model in one worker: local LRU first, then one Redis round trip."""
 
-    def __init__(self, model: str, *, redis: Redis | None, local_max_bytes: int, redis_ttl_s: int,
+    def __init__(self, model: str, *, redis: AnyRedis | None, local_max_bytes: int, redis_ttl_s: int,
                  redis_enabled: bool = True, metrics: CacheMetrics | None = None) -> None:
         self.model = model
         self.local = LocalLRU(local_max_bytes)
@@ -198,9 +198,8 @@ class ExactCache:
     async def _mget(self, keys: list[str]) -> list[bytes | None]:
         assert self._redis is not None
         try:
-            values: list[bytes | None] = await self._redis.mget(keys)
-            return values
-        except (RedisError, OSError) as exc:
+            return await mget_all(self._redis, keys)
+        except REDIS_DOWN as exc:
             self._errors.warning(f"exact cache of {self.model}: Redis read failed, serving as misses", exc)
             return [None] * len(keys)
 
@@ -217,9 +216,9 @@ class ExactCache:
         try:
             # One script call per batch: a command per entry would cost more to pack than the hit saves.
             assert self._set_all is not None
-            await self._set_all(keys=[redis_key(self.model, version, generation, digest) for digest, _ in items],
-                                args=[self.redis_ttl_s, *(value for _, value in items)])
-        except (RedisError, OSError) as exc:
+            await set_all(self._redis, [(redis_key(self.model, version, generation, digest), value)
+                                        for digest, value in items], self.redis_ttl_s, self._set_all)
+        except REDIS_DOWN as exc:
             self._errors.warning(f"exact cache of {self.model}: Redis write failed, entries kept locally only", exc)
 
     async def clear(self, version: str | None = None) -> int:
@@ -240,7 +239,7 @@ class ExactCache:
             return False
         try:
             raw = await self._redis.get(cache_generation_key(self.model))
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._errors.warning(f"exact cache of {self.model}: cannot read the cache generation", exc)
             return False
         generation = int(raw) if raw is not None else 0
@@ -270,13 +269,14 @@ def next_generation(current: bytes | str | None) -> int:
     return max(time.time_ns() // 1_000_000, int(current or 0) + 1)
 
 
-async def clear_model_cache(redis: Redis, model: str, version: str | None) -> int:
+async def clear_model_cache(redis: AnyRedis, model: str, version: str | None) -> int:
     """Invalidate a model's exact cache everywhere; returns the Redis keys deleted.
 
     The generation bump comes first: from that moment no worker reads an old entry from Redis,
     and each drops its local tier at its next refresh. A bump is model-wide, so clearing one
     version also retires the other versions' entries (they stay in Redis until their TTL or
-    LRU eviction, unread). The SCAN + UNLINK then frees the memory of the cleared version(s).
+    LRU eviction, unread). The SCAN + UNLINK then frees the memory of the cleared version(s);
+    on a Redis Cluster, scan_iter walks every master and UNLINK is split by slot.
     """
     await redis.set(cache_generation_key(model), next_generation(await redis.get(cache_generation_key(model))))
     deleted = 0

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from aiokafka.errors import KafkaError
 from prometheus_client import Gauge
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, SlotNotCoveredError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from common.logs import LogThrottle
@@ -34,10 +34,11 @@ def is_permanent(exc: BaseException) -> bool:
 
 def is_outage(exc: BaseException) -> bool:
     """Connection trouble worth waiting out: Redis or Kafka errors other than the permanent ones,
-    and the OS-level and timeout errors their clients let through."""
+    the OS-level and timeout errors their clients let through, and a Redis Cluster slot without a
+    known master while a failover is under way (no RedisError in redis-py)."""
     if is_permanent(exc):
         return False
-    return isinstance(exc, (RedisError, KafkaError, ConnectionError, TimeoutError, OSError))
+    return isinstance(exc, (RedisError, KafkaError, ConnectionError, TimeoutError, OSError, SlotNotCoveredError))
 
 
 class Patience:

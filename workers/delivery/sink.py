@@ -16,17 +16,20 @@ from functools import cached_property
 from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
+from common.redis_cluster import AnyRedis
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
 from schemas.wire import DeadLetter, Request, Result, Status
+from workers.delivery.cluster_writes import ResultWrite, write_on_cluster
 from workers.delivery.dead_letters import DeadLetterPolicy
 from workers.delivery.patience import Patience, is_outage
 
 # KEYS: the batch's result keys, then its reply streams. ARGV: ttl, stream maxlen, result count,
 # then per result: request id, msgpack result, 1-based reply-stream index (0: no waiter), and
 # 1 when the result is final (ok, degraded): only a final result replaces a stored one.
-# (One script touches many keys: on Redis Cluster they would need one hash slot.)
+# One script touches many keys, which a Redis Cluster refuses unless they share a slot: there
+# workers/delivery/cluster_writes.py does the same in two pipelined steps.
 DELIVER_SCRIPT = """
 local ttl, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 for i = 1, n do
@@ -93,7 +96,7 @@ class Outcome:
 
 
 class ResultSink:
-    def __init__(self, redis: Redis, producer: AIOKafkaProducer, *, result_ttl_s: int, patience: Patience,
+    def __init__(self, redis: AnyRedis, producer: AIOKafkaProducer, *, result_ttl_s: int, patience: Patience,
                  reply_stream_maxlen: int = 100_000,
                  ensure_topic: Callable[[str], Awaitable[None]] | None = None,
                  dead_letters: DeadLetterPolicy | None = None) -> None:
@@ -121,6 +124,9 @@ class ResultSink:
         costs the worker."""
         if not outcomes:
             return
+        if isinstance(self._redis, RedisCluster):
+            await self._write_cluster(self._redis, outcomes)
+            return
         streams: dict[str, int] = {}
         keys: list[str] = []
         args: list[bytes | str | int] = [self._ttl, self._maxlen, len(outcomes)]
@@ -130,6 +136,15 @@ class ResultSink:
             stream = streams.setdefault(reply_stream(waiter), len(streams) + 1) if waiter else 0
             args += [outcome.result.id, outcome.payload, stream, 1 if outcome.result.status in FINAL else 0]
         await self._patience.until_done("redis", lambda: self._deliver_script(keys=keys + list(streams), args=args))
+
+    async def _write_cluster(self, redis: RedisCluster, outcomes: list[Outcome]) -> None:
+        writes = []
+        for outcome in outcomes:
+            waiter = outcome.request.reply.redis if outcome.request is not None else None
+            writes.append(ResultWrite(result_key(outcome.result.id), outcome.result.id, outcome.payload,
+                                      reply_stream(waiter) if waiter else None, outcome.result.status in FINAL))
+        await write_on_cluster(redis, writes, ttl_s=self._ttl, maxlen=self._maxlen,
+                               retry=lambda attempt: self._patience.until_done("redis", attempt))
 
     async def _send_to_topics(self, outcomes: list[Outcome]) -> list[DeadLetter]:
         """Produce each result to its topic; the ones a topic refuses for good come back as dead letters."""

@@ -9,8 +9,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.heartbeats import HealthState
 from workers.health.monitor import HealthMonitor
 from common.heartbeats import BeatFields, is_drained
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 class Supervisor:
-    def __init__(self, settings: WorkerSettings, redis: Redis, worker_id: str, device: str, version: Callable[[], str],
+    def __init__(self, settings: WorkerSettings, redis: AnyRedis, worker_id: str, device: str, version: Callable[[], str],
                  probe: Callable[[], None], backlog: Callable[[], int]) -> None:
         self.health = HealthMonitor.from_settings(settings, probe)
         self.drained = False
@@ -78,7 +78,7 @@ class Supervisor:
         log.warning("worker %s health %s -> %s: %s", self._worker_id, old.value, new.value, reason)
 
 
-async def beat_failed(redis: Redis, settings: WorkerSettings, worker_id: str,
+async def beat_failed(redis: AnyRedis, settings: WorkerSettings, worker_id: str,
                       reason: str) -> Callable[[], Awaitable[None]]:
     """Heartbeat `failed` with `reason` until the returned callback stops it (a worker that
     could not load its model on its device)."""

@@ -11,8 +11,8 @@ import logging
 import time
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.logs import LogThrottle
 from schemas.names import TRACE_TOPIC, debug_key
 from schemas.wire import TraceRecord
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class DebugTracer:
-    def __init__(self, redis: Redis, producer: AIOKafkaProducer, model: str, redactor: Redactor,
+    def __init__(self, redis: AnyRedis, producer: AIOKafkaProducer, model: str, redactor: Redactor,
                  *, refresh_s: float = REFRESH_S) -> None:
         self._redis = redis
         self._producer = producer

@@ -8,8 +8,8 @@ reported once, not on every poll.
 import asyncio
 import logging
 
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from versions.pointers import ServingPointers, read_pointers
 from workers.serving.model_set import ModelSet
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class PointerWatcher:
-    def __init__(self, redis: Redis, model: str, models: ModelSet, *, poll_s: float) -> None:
+    def __init__(self, redis: AnyRedis, model: str, models: ModelSet, *, poll_s: float) -> None:
         self._redis = redis
         self._model = model
         self._models = models

@@ -24,7 +24,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram
-from redis.asyncio import Redis
+
+from common.redis_cluster import AnyRedis, mget_all
 
 from schemas.names import comparisons_topic, result_key, shadow_stats_key
 from versions.pointers import read_pointers
@@ -127,7 +128,7 @@ def _run(backend: Backend, texts: Sequence[str]) -> tuple[list[Outputs], float]:
 
 
 class ShadowEngine:
-    def __init__(self, settings: ShadowSettings, redis: Redis, producer: AIOKafkaProducer, backends: BackendCache,
+    def __init__(self, settings: ShadowSettings, redis: AnyRedis, producer: AIOKafkaProducer, backends: BackendCache,
                  metrics: ShadowMetrics) -> None:
         self.settings = settings
         self.model = settings.model
@@ -248,7 +249,7 @@ class ShadowEngine:
         found: dict[str, Result] = {}
         waiting = list(items)
         while True:
-            values = await self._redis.mget([result_key(item.request.id) for item in waiting])
+            values = await mget_all(self._redis, [result_key(item.request.id) for item in waiting])
             still: list[_Item] = []
             for item, value in zip(waiting, values, strict=True):
                 result = _decode_result(value)

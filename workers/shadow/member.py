@@ -2,8 +2,8 @@
 that compares a batch (workers/shadow/engine.py); they differ only in how they read records."""
 
 from aiokafka import AIOKafkaProducer
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.credentials import verify_credentials
 from common.startup import open_clients
 from schemas.names import comparisons_topic, requests_topic
@@ -13,7 +13,7 @@ from workers.shadow.settings import ShadowSettings
 
 
 class ShadowMember(KafkaMember):
-    def __init__(self, settings: ShadowSettings, *, redis: Redis | None = None,
+    def __init__(self, settings: ShadowSettings, *, redis: AnyRedis | None = None,
                  producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
                  metrics: ShadowMetrics | None = None) -> None:
         super().__init__()

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from common.clients import new_consumer
 from common.topics import partitions_of
 from schemas.wire import now_ms
@@ -89,7 +89,7 @@ def clamp_ranges(begins: dict[TopicPartition, int], ends: dict[TopicPartition, i
 class ShadowReplay(ShadowMember):
     what = "replay"
 
-    def __init__(self, settings: ShadowSettings, window: ReplayWindow, *, redis: Redis | None = None,
+    def __init__(self, settings: ShadowSettings, window: ReplayWindow, *, redis: AnyRedis | None = None,
                  producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
                  metrics: ShadowMetrics | None = None) -> None:
         super().__init__(settings, redis=redis, producer=producer, backends=backends, metrics=metrics)

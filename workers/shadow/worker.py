@@ -28,8 +28,8 @@ import socket
 import time
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
-from redis.asyncio import Redis
 
+from common.redis_cluster import AnyRedis
 from schemas.names import consumer_group
 from workers.delivery.offsets import backlog_drained, commit_records
 from workers.health.endpoints import health_endpoints
@@ -48,7 +48,7 @@ POLL_MS = 200
 class ShadowWorker(ShadowMember):
     what = "shadow worker"
 
-    def __init__(self, settings: ShadowSettings, *, redis: Redis | None = None,
+    def __init__(self, settings: ShadowSettings, *, redis: AnyRedis | None = None,
                  producer: AIOKafkaProducer | None = None, backends: BackendLoader | None = None,
                  metrics: ShadowMetrics | None = None) -> None:
         super().__init__(settings, redis=redis, producer=producer, backends=backends, metrics=metrics)

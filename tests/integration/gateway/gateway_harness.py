@@ -44,9 +44,11 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def issue_key(redis_url: str, tenant: str) -> str:
-    """A key for `tenant` in that Redis, made by the function `fleet keys create` runs."""
-    redis = redis_client(FleetSettings(redis_url=redis_url))
+async def issue_key(redis_url: str, tenant: str, *, cluster: bool | None = None) -> str:
+    """A key for `tenant` in that Redis, made by the function `fleet keys create` runs; `cluster`
+    (default: FLEET_REDIS_CLUSTER) says whether that Redis is a cluster."""
+    options = {} if cluster is None else {"redis_cluster": cluster}
+    redis = redis_client(FleetSettings(redis_url=redis_url, **options))
     try:
         return (await create_key(redis, tenant, now_ms=now_ms())).key
     finally:
@@ -88,8 +90,8 @@ async def in_process(settings: GatewaySettings, client: FleetClient | None = Non
     app = create_app(settings, client=client)
     headers: dict[str, str] = {}
     if settings.auth_required:
-        key = key or await issue_key(settings.redis_url, TEST_TENANT)
-        metrics_key = metrics_key or await issue_key(settings.redis_url, METRICS_TENANT)
+        key = key or await issue_key(settings.redis_url, TEST_TENANT, cluster=settings.redis_cluster)
+        metrics_key = metrics_key or await issue_key(settings.redis_url, METRICS_TENANT, cluster=settings.redis_cluster)
         headers = bearer(key)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

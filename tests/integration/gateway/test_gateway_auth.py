@@ -78,7 +78,8 @@ async def test_redis_away_while_checking_a_key_is_503_never_a_way_in(stack: Flee
     redis_server = ThrowawayRedis(tmp_path)
     redis_server.start()
     try:
-        gateway = settings(redis_url=redis_server.url, auth_cache_s=0.2, auth_lookup_timeout_s=1.0)
+        # A single plain Redis, even when the suite runs against a cluster stack (FLEET_REDIS_CLUSTER=true).
+        gateway = settings(redis_url=redis_server.url, redis_cluster=False, auth_cache_s=0.2, auth_lookup_timeout_s=1.0)
         async with in_process(gateway) as http:
             assert (await http.get(f"/v1/results/{SOME_ID}")).status_code == 404
             redis_server.stop()

@@ -115,7 +115,8 @@ async def test_reply_reader_recovers_when_redis_returns(stack: FleetSettings, tm
     redis_server.start()
     # Keys from a file: the throwaway Redis keeps nothing across its restart.
     keys_file, keys = keys_in_file(tmp_path)
-    settings = GatewaySettings(models=[RECOVERY_MODEL], redis_url=redis_server.url, auth_keys_file=keys_file)
+    settings = GatewaySettings(models=[RECOVERY_MODEL], redis_url=redis_server.url, redis_cluster=False,
+                               auth_keys_file=keys_file)  # a plain Redis, whatever FLEET_REDIS_CLUSTER says
     replies = Redis.from_url(redis_server.url, socket_connect_timeout=1, socket_timeout=2)
     client = FleetClient(settings)
     try:

@@ -9,13 +9,9 @@ through RedisCluster succeed, and the restarted node comes back as a replica.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -23,66 +19,21 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from fleet.stack import kafka_cluster, kafka_server, nodes, redis_cluster, topology
-from fleet.stack.layout import Stack, StackSettings
-from fleet.stack.proc import Endpoint, pid_alive, port_open
-from tests.paths import REPO_ROOT as ROOT
+from fleet.stack import kafka_cluster, nodes, redis_cluster
+from fleet.stack.layout import Stack
+from fleet.stack.proc import Endpoint, pid_alive
+from tests.integration.fleet.stack.stack_cli import StackCli, share_jars
 
 PARTITIONS = 6
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _free_ports() -> dict[str, str]:
-    """FLEET_* port settings of a 3-node Kafka + Redis Cluster whose every port is free now."""
-    for shift in range(0, 2000, 100):
-        kafka, redis = Endpoint("127.0.0.1", 29092 + shift), Endpoint("127.0.0.1", 27379 + shift)
-        plan = topology.plan(kafka, kafka.port + 1, redis, brokers=3, redis_cluster=True)
-        if not any(port_open("127.0.0.1", port, 0.2) for port in plan.ports()):
-            return {
-                "FLEET_KAFKA_BOOTSTRAP": str(kafka),
-                "FLEET_KAFKA_CONTROLLER_PORT": str(kafka.port + 1),
-                "FLEET_REDIS_URL": f"redis://{redis}/0",
-            }
-    raise AssertionError("no free ports for a test cluster")
-
-
-def _share_jars(home: Path) -> None:
-    """Reuse the jars of the usual stack when they match the pom (else `up` fetches them with Maven)."""
-    libs = StackSettings().home.resolve() / "stack" / "kafka-libs"
-    if kafka_server.jars_ready(libs):
-        (home / "stack").mkdir(parents=True)
-        (home / "stack" / "kafka-libs").symlink_to(libs)
-
-
-class StackCli:
-    """`python -m fleet.stack` with this test's environment, and the timings of each step."""
-
-    def __init__(self, home: Path) -> None:
-        self.env = {**os.environ, **_free_ports(), "FLEET_HOME": str(home), "FLEET_KAFKA_NODE_HEAP_MAX": "384m"}
-        self.timings: dict[str, float] = {}
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "fleet.stack", *args]
-        done = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180, check=False)
-        if check:
-            assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done
-
-    def settings(self) -> StackSettings:
-        return StackSettings(
-            home=Path(self.env["FLEET_HOME"]),
-            kafka_bootstrap=self.env["FLEET_KAFKA_BOOTSTRAP"],
-            kafka_controller_port=int(self.env["FLEET_KAFKA_CONTROLLER_PORT"]),
-            redis_url=self.env["FLEET_REDIS_URL"],
-        )
-
-
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackCli]:
     home = tmp_path_factory.mktemp("cluster-home")
-    _share_jars(home)
-    cli = StackCli(home)
+    share_jars(home)
+    cli = StackCli(home, brokers=3)
     started = time.monotonic()
     try:
         up = cli("up", "--brokers", "3", "--redis-cluster")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from common.redis_cluster import mget_all
 from gateway.client import FleetClient
 from schemas.names import fallback_topic, requests_topic, result_key
 from schemas.wire import ReplyTo, Request, Result, Status
@@ -24,7 +25,7 @@ async def results_for(redis: Redis, requests: list[Request], timeout_s: float) -
         missing = [r.id for r in requests if r.id not in found]
         if not missing:
             break
-        for request_id, raw in zip(missing, await redis.mget([result_key(i) for i in missing]), strict=True):
+        for request_id, raw in zip(missing, await mget_all(redis, [result_key(i) for i in missing]), strict=True):
             if raw is not None:
                 found[request_id] = Result.decode(raw)
         await asyncio.sleep(0.1)

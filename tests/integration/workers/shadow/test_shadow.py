@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
+from common.redis_cluster import mget_all
 from common.settings import FleetSettings
 from fleet.commands.shadow import build_report, recent_comparisons
 from common.topics import ensure_topics, partitions_of
@@ -103,7 +104,10 @@ async def test_shadow_compares_every_request_and_recomputes_missing_live_results
     written = {r.id: Result(id=r.id, model=model, version=versions.stable, status=Status.ok,
                             outputs={"embedding": row.tolist()}, batch_size=len(live),
                             timings={"inference_ms": 25.0}).encode() for r, row in zip(live, embeddings, strict=True)}
-    await redis.mset({result_key(i): payload for i, payload in written.items()})
+    async with redis.pipeline(transaction=False) as pipe:  # SETs, not one MSET: on a Redis Cluster the keys span slots
+        for request_id, payload in written.items():
+            pipe.set(result_key(request_id), payload)
+        await pipe.execute()
     await redis.hset(versions_key(model), mapping={"stable": versions.stable, "candidate": versions.candidate})
 
     async with ShadowWorker(shadow_settings(model), backends=versions.loader) as worker:
@@ -138,7 +142,7 @@ async def test_shadow_compares_every_request_and_recomputes_missing_live_results
     assert stats["cosine_sum"] == pytest.approx(float(cosines.sum()), rel=1e-6)
 
     # A shadow never delivers: the live results are untouched, nothing new was written.
-    assert await redis.mget(list(map(result_key, written))) == list(written.values())
+    assert await mget_all(redis, list(map(result_key, written))) == list(written.values())
     assert await redis.exists(*[result_key(r.id) for r in requests if r.id not in written]) == 0
     assert await redis.exists(reply_stream(f"waiter-{model}")) == 0
     assert await partitions_of(stack, f"fleet.results.{model}") == []
