@@ -33,9 +33,10 @@ from workers.assembly import WorkerIdentity, WorkerParts, assemble, serving_set
 from workers.batching.collector import BatchCollector, FetchedBatch
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
-from workers.compute.compute import Computed, compute, failed
+from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_batch, unreadable
 from workers.compute.provenance import Provenance
+from workers.compute.stage import ComputeStage, ModelActivity, batches_in_flight
 from workers.delivery.offsets import backlog_drained, hand_on, owned_partitions
 from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
 from workers.delivery.sink import Outcome
@@ -81,11 +82,8 @@ class Worker(KafkaMember):
         self._redis = redis
         self._producer = producer
         self._reported_partitions: set[TopicPartition] = set()
-        self._batches_in_model = 0  # handed to tokenise/compute and not computed yet
-        self._model_free = asyncio.Event()
-        self._model_free.set()
+        self._activity = ModelActivity()
         self._unavailable: str | None = None
-        self._model_busy_since: float | None = None
         self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
 
     @property
@@ -170,7 +168,7 @@ class Worker(KafkaMember):
                                                    device=self.backend.device, worker=self.worker_id)
         self._exit.callback(self._health.set, 0)
         self.supervisor.health.add_listener(self._export_health)
-        self.supervisor.health.watch_batches(lambda: self._model_busy_since, self.settings.health_batch_timeout_s)
+        self.supervisor.health.watch_batches(lambda: self._activity.busy_since, self.settings.health_batch_timeout_s)
         self._export_health(self.supervisor.health.state, self.supervisor.health.state, "start")
         await self._join()
         log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, self.backend.manifest.id,
@@ -195,7 +193,7 @@ class Worker(KafkaMember):
             group_instance_id=self.worker_id if self.settings.static_membership else None)
         await self._consumer.start()
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
-                                         model_free=self._model_free)
+                                         model_free=self._activity.free)
 
     async def run(self, *, burst: bool = False) -> int:
         """Serve until asked to stop; with burst=True, return once the backlog is drained.
@@ -244,7 +242,8 @@ class Worker(KafkaMember):
         try:
             async with asyncio.TaskGroup() as stages:
                 collecting = stages.create_task(self._collect_stage(consumer, prepared, burst))
-                stages.create_task(self._compute_stage(prepared, computed))
+                depth = batches_in_flight(self.backend.device, self.settings.model_batches_in_flight)
+                stages.create_task(ComputeStage(self._activity, depth, self._computed).run(prepared, computed))
                 stages.create_task(self._deliver_stage(computed, delivered))
                 stages.create_task(settler.run(delivered))
         except BaseExceptionGroup as group:
@@ -260,8 +259,7 @@ class Worker(KafkaMember):
             batch = await self._collector.next_batch()
             self._observe_backlog()
             if batch.records:
-                self._batches_in_model += 1
-                self._model_free.clear()
+                self._activity.handed()
                 for prepared in await self._prepare(batch):
                     await hand_on(consumer, out, prepared)
             elif burst and await backlog_drained(consumer):
@@ -278,7 +276,7 @@ class Worker(KafkaMember):
             return [await self._prepare_batch(batch)]
         except Exception:
             log.exception("preparing a batch of %d failed; preparing its records one by one", len(batch.records))
-        self._batches_in_model += len(batch.records) - 1
+        self._activity.handed(len(batch.records) - 1)
         singles = []
         for record, fetched in zip(batch.records, batch.fetched_ms, strict=True):
             single = FetchedBatch([record], [fetched])
@@ -297,28 +295,11 @@ class Worker(KafkaMember):
             await off_the_loop(batch, encode_groups, prepared, reject_overlong=self._reject_overlong)
         return prepared
 
-    async def _compute_stage(self, inbox: "asyncio.Queue[Prepared | None]",
-                             out: "asyncio.Queue[Computed | None]") -> None:
-        while (batch := await inbox.get()) is not None:
-            try:
-                # A batch the caches answered whole skips the thread hop: nothing to compute.
-                self._model_busy_since = time.monotonic() if batch.needs_model else None
-                computed = await asyncio.to_thread(compute, batch) if batch.needs_model else compute(batch)
-            except Exception as exc:  # run_batch isolates rows; this is the net under a bug, not the plan
-                log.exception("computing a batch of %d failed; its requests are answered with an error",
-                              len(batch.records))
-                computed = failed(batch, exc)
-            finally:
-                self._model_busy_since = None
-                self._batches_in_model -= 1
-                if self._batches_in_model == 0:
-                    self._model_free.set()
-            run = computed.run
-            self.sizing.after_batch(len(computed.records), computed.computed, run)
-            if run is not None:
-                self.supervisor.health.record_batch(run.device_error, run.largest_oom)
-            await out.put(computed)
-        await out.put(None)
+    def _computed(self, computed: Computed) -> None:
+        run = computed.run
+        self.sizing.after_batch(len(computed.records), computed.computed, run)
+        if run is not None:
+            self.supervisor.health.record_batch(run.device_error, run.largest_oom)
 
     def _export_health(self, _old: HealthState, new: HealthState, _reason: str) -> None:
         for state in HealthState:
