@@ -55,6 +55,7 @@ PARTITIONS = 4
 # The seed's §2.2 table on one A10: (max batch, max queue delay ms, QPS it measured).
 SEED_ROWS = ((1, 0.0, 45.0), (32, 50.0, 580.0), (64, 100.0, 720.0))
 BACKLOG_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
+RESULT_TTL_S = 120
 READY_TIMEOUT_S = 90.0
 POLL_S = 0.05
 
@@ -112,7 +113,9 @@ class Bench:
                 "FLEET_SIM_PRESET": preset, "FLEET_MAX_BATCH_SIZE": str(max_batch),
                 "FLEET_MAX_QUEUE_DELAY_MS": f"{delay_ms:g}", "FLEET_BATCH_POLICY": "fixed" if delay_ms else "adaptive",
                 "FLEET_EXACT_CACHE": "false", "FLEET_WORKER_ID": f"bench-device-{preset}-{max_batch}",
-                "FLEET_SESSION_TIMEOUT_MS": "6000"}
+                "FLEET_SESSION_TIMEOUT_MS": "6000",
+                # The bench writes tens of thousands of results a run: a short TTL keeps them from filling Redis.
+                "FLEET_RESULT_TTL_S": str(RESULT_TTL_S)}
 
     async def produce_backlog(self, count: int) -> str:
         """`count` requests on the bench topic, replies to a fresh waiter's stream and the results topic."""

@@ -145,7 +145,8 @@ async def main_async(args: argparse.Namespace) -> int:
     requests = [post_bytes(HOST, f"/v1/models/{BENCH_MODEL}/infer", {"text": text}, headers) for text in texts]
     worker_env = {"FLEET_MODEL": BENCH_MODEL, "FLEET_MODEL_DIR": str(alias_registry.root), "FLEET_BACKEND": "sim",
                   "FLEET_SIM_PRESET": "h200-minilm", "FLEET_EXACT_CACHE": "true", "FLEET_MAX_BATCH_SIZE": "256",
-                  "FLEET_WORKER_ID": "bench-gateway-worker", "FLEET_SESSION_TIMEOUT_MS": "6000"}
+                  "FLEET_WORKER_ID": "bench-gateway-worker", "FLEET_SESSION_TIMEOUT_MS": "6000",
+                  "FLEET_RESULT_TTL_S": "120"}  # results of a bench run must not fill the stack's Redis
     rows: list[Row] = []
     try:
         with WorkerProcess(worker_env, logs / "worker.log") as worker:
