@@ -19,7 +19,8 @@ it started is stopped and wiped at the end, on Ctrl-C and on errors too.
     scripts/chaos --quick                     # every scenario in under 3 minutes (CI)
     scripts/chaos --scenario redis-pause      # one scenario
     scripts/chaos --json chaos.json           # also write the results as JSON
-    scripts/chaos --cluster                   # 3 Kafka nodes: SIGKILL the busiest leader, then restart it
+    scripts/chaos --cluster                   # 3 Kafka nodes and a Redis Cluster: SIGKILL the busiest Kafka
+                                              # leader, then a Redis master; restart each, check it rejoined
 
 Exit status 1 when a scenario loses an accepted request, a worker exits on its own (on malformed
 input or in an outage), the gateway answers malformed input with a 5xx, the gateway is not back
@@ -104,8 +105,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options, list[Sce
     parser.add_argument("--quick", action="store_true", help="smaller scenarios: all of them in under 3 minutes")
     parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS], metavar="NAME",
                         help=f"run only this one (repeatable): {', '.join(s.name for s in SCENARIOS)}")
-    parser.add_argument("--cluster", action="store_true", help=f"{CLUSTER_BROKERS} Kafka nodes; SIGKILL the node "
-                        "leading most request partitions, then restart it and check it rejoined")
+    parser.add_argument("--cluster", action="store_true", help=f"{CLUSTER_BROKERS} Kafka nodes and a Redis Cluster; "
+                        "SIGKILL the Kafka node leading most request partitions, then the Redis master of the load "
+                        "client's replies; restart each and check it rejoined")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     parser.add_argument("--kafka-port", type=int, default=DEFAULT_KAFKA_PORT, help="first Kafka port of the chaos "
                         "stack (the controller takes the next one)")
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="    (load client) %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     cluster = bool(args.cluster)
-    stack = ChaosStack(FleetSettings(), ports, brokers=CLUSTER_BROKERS if cluster else 1, echo=echo)
+    stack = ChaosStack(FleetSettings(), ports, brokers=CLUSTER_BROKERS if cluster else 1, redis_cluster=cluster,
+                       echo=echo)
     logs = stack.home / "fleet-logs"
     shutil.rmtree(logs, ignore_errors=True)
     fleet = Fleet.planned(stack.env(), logs, model=options.model, gateway_port=free_port())

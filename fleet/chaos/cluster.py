@@ -1,5 +1,8 @@
-"""`--cluster` (issue 15): against a stack of 3 Kafka nodes, SIGKILL the node that leads most request
-partitions under load, then bring it back and show that it rejoined (every partition fully in sync)."""
+"""`--cluster` (issue 15): against a stack of 3 Kafka nodes and a Redis Cluster (3 masters, one replica
+each), under load: SIGKILL the Kafka node that leads most request partitions, bring it back and show
+that it rejoined (every partition fully in sync); then SIGKILL the Redis master that holds the load
+client's reply stream, see its replica take over, bring the node back and show it serves again as a
+replica."""
 
 from __future__ import annotations
 
@@ -51,6 +54,41 @@ class LeaderKill:
             report.notes.append(f"still lagging: {[f'{p.topic}[{p.partition}]' for p in lagging[:5]]}")
 
 
+class MasterKill:
+    """SIGKILL the Redis master of the load client's reply stream; its replica must take over."""
+
+    def __init__(self) -> None:
+        self.port: int | None = None
+
+    async def fault(self, run: Run, report: ScenarioReport) -> Window:
+        stack = run.stack.stack
+        stream = run.load.client.waiter.stream
+        victim = await nodes.redis_master_of_key(stack, stream)
+        at = time.monotonic()
+        pid = nodes.kill_redis_node(stack, victim.port)
+        self.port = victim.port
+        report.notes.append(f"SIGKILLed the Redis master on port {victim.port} (pid {pid}), holder of {stream}")
+        await nodes.wait_redis_failover(stack, victim.port)
+        promoted = await nodes.redis_master_of_key(stack, stream)
+        report.notes.append(f"its replica on port {promoted.port} took over after {time.monotonic() - at:.1f} s")
+        return at, at
+
+    async def recover(self, run: Run, report: ScenarioReport) -> None:
+        if self.port is None:
+            return
+        stack = run.stack.stack
+        began = time.monotonic()
+        try:
+            await nodes.restart_redis_node(stack, self.port)
+        except StackError as exc:
+            report.notes.append(f"Redis node {self.port} did not rejoin: {exc}")
+            report.checks[f"Redis node {self.port} rejoined"] = False
+            return
+        report.notes.append(f"Redis node {self.port} restarted and rejoined in {time.monotonic() - began:.1f} s")
+        report.checks[f"Redis node {self.port} rejoined"] = True
+
+
 def cluster_scenarios() -> tuple[Scenario, ...]:
-    kill = LeaderKill()
-    return (Scenario("kafka-leader-kill", kill.fault, kill.recover),)
+    kill, master = LeaderKill(), MasterKill()
+    return (Scenario("kafka-leader-kill", kill.fault, kill.recover),
+            Scenario("redis-master-kill", master.fault, master.recover))

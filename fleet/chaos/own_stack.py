@@ -43,11 +43,13 @@ def chaos_home(caller: FleetSettings) -> Path:
 
 
 class ChaosStack:
-    def __init__(self, caller: FleetSettings, ports: Ports, *, brokers: int = 1, echo: Echo = print) -> None:
+    def __init__(self, caller: FleetSettings, ports: Ports, *, brokers: int = 1, redis_cluster: bool = False,
+                 echo: Echo = print) -> None:
         self.home = chaos_home(caller)
         self.model_dir = caller.registry_dir.resolve()
         self._caller_libs = caller.home.resolve() / "stack" / "kafka-libs"
         self.brokers = brokers
+        self.redis_cluster = redis_cluster
         self.echo = echo
         self.settings = StackSettings(home=self.home, kafka_bootstrap=f"127.0.0.1:{ports.kafka}",
                                       kafka_controller_port=ports.controller,
@@ -70,19 +72,20 @@ class ChaosStack:
     @property
     def client_settings(self) -> FleetSettings:
         """What the chaos harness's own clients connect with: every broker of this stack."""
-        return self.settings.model_copy(update={"kafka_bootstrap": self.bootstrap})
+        return self.settings.model_copy(update={"kafka_bootstrap": self.bootstrap, "redis_cluster": self.redis_cluster})
 
     def env(self) -> dict[str, str]:
         """The environment of the fleet's processes: the caller's, minus its FLEET_*, plus this stack's."""
         kept = {name: value for name, value in os.environ.items() if not name.startswith("FLEET_")}
         return {**kept, "FLEET_HOME": str(self.home), "FLEET_KAFKA_BOOTSTRAP": self.bootstrap,
-                "FLEET_REDIS_URL": self.redis_url, "FLEET_MODEL_DIR": str(self.model_dir)}
+                "FLEET_REDIS_URL": self.redis_url, "FLEET_MODEL_DIR": str(self.model_dir),
+                "FLEET_REDIS_CLUSTER": "true" if self.redis_cluster else "false"}
 
     def up(self) -> None:
         """Start from nothing: stop and wipe what an earlier, interrupted run may have left, then `up`."""
         self.down(quiet=True)
         self._share_jars()
-        stack_cli.up(self.settings, _indented(self.echo), brokers=self.brokers)
+        stack_cli.up(self.settings, _indented(self.echo), brokers=self.brokers, redis_cluster=self.redis_cluster)
 
     def down(self, *, quiet: bool = False) -> None:
         self.resume_paused()

@@ -159,7 +159,8 @@ async def fleet_under_test(stack: ChaosStack, options: Options, fleet: Fleet, ec
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     echo(f"[setup] starting {len(fleet.workers)} workers and the gateway (logs in {fleet.gateway.log_file.parent})")
     await fleet.start()
-    settings = ClientSettings(kafka_bootstrap=stack.bootstrap, redis_url=stack.redis_url, home=stack.home)
+    settings = ClientSettings(kafka_bootstrap=stack.bootstrap, redis_url=stack.redis_url, home=stack.home,
+                              redis_cluster=stack.redis_cluster)
     async with FleetClient(settings) as client, httpx.AsyncClient(base_url=fleet.gateway_url) as http, \
             _producer(stack.client_settings, compression_type="gzip", max_request_size=MAX_RECORD_BYTES + 1024) as big, \
             _producer(stack.client_settings, enable_idempotence=True) as producer:
