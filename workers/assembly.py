@@ -22,6 +22,7 @@ from workers.cache.batch import BatchCaches
 from common.topics import ensure_topics
 from workers.delivery.dead_letters import MAX_TEXT_CHARS as DEAD_LETTER_TEXT_CHARS, DeadLetterPolicy
 from workers.delivery.patience import Patience
+from workers.delivery.replication import Replication
 from workers.delivery.sink import ResultSink
 from workers.health.supervisor import Supervisor
 from workers.observability.metrics import WorkerMetrics
@@ -92,6 +93,7 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
         sizing=BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels),
         sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s, patience=patience,
                         reply_stream_maxlen=settings.reply_stream_maxlen,
+                        replication=Replication(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
                         ensure_topic=lambda topic: ensure_topics(settings, [topic], settings.partitions),
                         dead_letters=DeadLetterPolicy(settings.dlq_keep_original,
                                                       Redactor.with_defaults(settings.redact_patterns,

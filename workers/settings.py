@@ -41,6 +41,11 @@ class WorkerSettings(ModelMemberSettings):
     result_ttl_s: int = Field(3600, ge=1, description="How long a result stays readable in Redis")
     delivery_max_backoff_s: float = Field(5.0, gt=0, description="Longest pause between delivery attempts while Redis "
                                           "or Kafka is away (delivery retries until it succeeds, never skips)")
+    redis_wait_replicas: int = Field(0, ge=0, le=8, description="Replicas that must hold a batch's results (Redis "
+                                     "WAIT on each master written) before its offsets may be committed: 1 on a "
+                                     "replicated Redis or Redis Cluster, so a master's death loses no result; 0: off")
+    redis_wait_timeout_ms: int = Field(200, ge=1, le=10_000, description="How long a batch waits for its replicas; "
+                                       "a shard without one (mid-failover) is written without and logged")
     reply_stream_maxlen: int = Field(100_000, ge=100, description="Approximate cap on a waiter's reply stream "
                                      "(entries), so a waiter that stopped reading cannot grow it without bound")
     redact_patterns: list[str] = Field(default_factory=list, description="Extra regular expressions masked in "

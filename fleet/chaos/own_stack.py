@@ -79,7 +79,9 @@ class ChaosStack:
         kept = {name: value for name, value in os.environ.items() if not name.startswith("FLEET_")}
         return {**kept, "FLEET_HOME": str(self.home), "FLEET_KAFKA_BOOTSTRAP": self.bootstrap,
                 "FLEET_REDIS_URL": self.redis_url, "FLEET_MODEL_DIR": str(self.model_dir),
-                "FLEET_REDIS_CLUSTER": "true" if self.redis_cluster else "false"}
+                "FLEET_REDIS_CLUSTER": "true" if self.redis_cluster else "false",
+                # On the cluster's replicated shards, no result is committed before a replica holds it.
+                "FLEET_REDIS_WAIT_REPLICAS": "1" if self.redis_cluster else "0"}
 
     def up(self) -> None:
         """Start from nothing: stop and wipe what an earlier, interrupted run may have left, then `up`."""

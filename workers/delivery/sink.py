@@ -22,6 +22,7 @@ from common.redis_cluster import AnyRedis
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
 from schemas.wire import DeadLetter, Request, Result, Status
 from workers.delivery.cluster_writes import ResultWrite, write_on_cluster
+from workers.delivery.replication import Replication
 from workers.delivery.dead_letters import DeadLetterPolicy
 from workers.delivery.patience import Patience, is_outage
 
@@ -99,7 +100,7 @@ class ResultSink:
     def __init__(self, redis: AnyRedis, producer: AIOKafkaProducer, *, result_ttl_s: int, patience: Patience,
                  reply_stream_maxlen: int = 100_000,
                  ensure_topic: Callable[[str], Awaitable[None]] | None = None,
-                 dead_letters: DeadLetterPolicy | None = None) -> None:
+                 dead_letters: DeadLetterPolicy | None = None, replication: Replication | None = None) -> None:
         """`ensure_topic` creates a results topic the first time a result goes there (brokers may
         not auto-create; the names were checked against the allow-list at triage)."""
         self._redis = redis
@@ -110,6 +111,7 @@ class ResultSink:
         self._ensure_topic = ensure_topic
         self._known_topics: set[str] = set()
         self._dead_letters = dead_letters or DeadLetterPolicy()
+        self.replication = replication or Replication()
         self._deliver_script = redis.register_script(DELIVER_SCRIPT)
 
     async def deliver(self, outcomes: list[Outcome], dead_letters: list[DeadLetter]) -> None:
@@ -135,7 +137,12 @@ class ResultSink:
             waiter = outcome.request.reply.redis if outcome.request is not None else None
             stream = streams.setdefault(reply_stream(waiter), len(streams) + 1) if waiter else 0
             args += [outcome.result.id, outcome.payload, stream, 1 if outcome.result.status in FINAL else 0]
-        await self._patience.until_done("redis", lambda: self._deliver_script(keys=keys + list(streams), args=args))
+        async def write_and_replicate() -> None:
+            await self._deliver_script(keys=keys + list(streams), args=args)
+            await self.replication.acknowledged(self._redis, keys + list(streams))
+
+        # A master that dies before its replica has the writes may have lost them: written again.
+        await self._patience.until_done("redis", write_and_replicate)
 
     async def _write_cluster(self, redis: RedisCluster, outcomes: list[Outcome]) -> None:
         writes = []
@@ -143,8 +150,14 @@ class ResultSink:
             waiter = outcome.request.reply.redis if outcome.request is not None else None
             writes.append(ResultWrite(result_key(outcome.result.id), outcome.result.id, outcome.payload,
                                       reply_stream(waiter) if waiter else None, outcome.result.status in FINAL))
-        await write_on_cluster(redis, writes, ttl_s=self._ttl, maxlen=self._maxlen,
-                               retry=lambda attempt: self._patience.until_done("redis", attempt))
+        async def write_and_replicate() -> None:
+            await write_on_cluster(redis, writes, ttl_s=self._ttl, maxlen=self._maxlen,
+                                   retry=lambda attempt: self._patience.until_done("redis", attempt))
+            streams = {write.stream for write in writes if write.stream is not None}
+            await self.replication.acknowledged(redis, [write.key for write in writes] + sorted(streams))
+
+        # A master that dies before its replica has the writes may have lost them: written again.
+        await self._patience.until_done("redis", write_and_replicate)
 
     async def _send_to_topics(self, outcomes: list[Outcome]) -> list[DeadLetter]:
         """Produce each result to its topic; the ones a topic refuses for good come back as dead letters."""

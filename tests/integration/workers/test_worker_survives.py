@@ -227,3 +227,17 @@ def test_a_worker_that_cannot_reach_kafka_exits_at_once_with_a_clear_error(tmp_p
     assert "cannot start" in done.stderr and "did not answer within 2 s" in done.stderr
     assert elapsed < 20
     assert done.stderr.count("Unable connect") <= 2  # the client's retries are summarised, not repeated
+
+
+async def test_a_redis_without_replicas_delays_no_batch_past_the_replication_wait(
+        client: FleetClient, serve, worker_settings: WorkerSettings) -> None:  # type: ignore[no-untyped-def]
+    """The stack's Redis has no replica: WAIT 1 answers 0 after its timeout, each batch is still
+    delivered (and counted unreplicated), no later than that timeout past its delivery."""
+    settings = worker_settings.model_copy(update={"redis_wait_replicas": 1, "redis_wait_timeout_ms": 50})
+    async with serve(settings) as worker:
+        started = time.monotonic()
+        answered = await asyncio.gather(*(client.infer(MODEL, f"unreplicated {i}", timeout=30) for i in range(20)))
+        elapsed = time.monotonic() - started
+    assert {result.status for result in answered} == {Status.ok}
+    assert worker.parts.sink.replication.unreplicated >= 1
+    assert elapsed < 10, f"20 answers took {elapsed:.1f} s"

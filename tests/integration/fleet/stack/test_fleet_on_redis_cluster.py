@@ -84,6 +84,10 @@ def connection(cli: StackCli, stack: Stack) -> dict[str, Any]:
             "redis_cluster": True, "home": Path(cli.env["FLEET_HOME"]), "model_dir": built_registry().root}
 
 
+# A batch's results on a replica before its offsets are committed: a master's SIGKILL loses none.
+REPLICATED = {"redis_wait_replicas": 1, "redis_wait_timeout_ms": 500}
+
+
 def worker_settings(connection: dict[str, Any], worker_id: str, **overrides: Any) -> WorkerSettings:
     options = {"max_batch_size": 32, "max_queue_delay_ms": 10, "session_timeout_ms": 6000, "partitions": PARTITIONS,
                "exact_cache": False}  # caches off unless a test turns them on: the load is computed
@@ -228,13 +232,16 @@ async def test_a_killed_master_fails_over_under_load(connection: dict[str, Any],
     settings = FleetSettings(**connection)
     stop = asyncio.Event()
     async with FleetClient(client_settings(connection)) as client, \
-            serving(worker_settings(connection, "rc-1"), backend) as one, \
-            serving(worker_settings(connection, "rc-2"), backend) as two:
+            serving(worker_settings(connection, "rc-1", **REPLICATED), backend) as one, \
+            serving(worker_settings(connection, "rc-2", **REPLICATED), backend) as two:
         load = Load(client, LOAD_RATE_PER_S)
         reader = ResultsReader(settings, RESULTS_TOPIC, lambda: load.ledger)
         await reader.start()
         sender = asyncio.create_task(load.run(stop))
         try:
+            await until(lambda: len(load.ledger.answers) >= 20, "answers before the kill")
+            # Every batch so far reached a replica before its commit (WAIT answered 1 on each master).
+            assert [one.parts.sink.replication.unreplicated, two.parts.sink.replication.unreplicated] == [0, 0]
             figures, at_failover = await _kill_and_rejoin(stack, client, load, lambda: (one.computed, two.computed))
             await until(lambda: answered_since(load.ledger, time.monotonic() - 1) > 0, "answers after the rejoin")
         finally:
