@@ -52,3 +52,12 @@ def test_a_hostile_record_gives_a_bounded_view() -> None:
     assert len(view["long"]) < MAX_TEXT_CHARS + 64
     assert "nested too deep" in str(view["deep"])
     assert len(msgpack.packb(view)) < 64 * 1024
+
+
+def test_a_request_id_stays_readable_even_where_its_digits_look_like_a_phone_number() -> None:
+    request_id = "8519225221436927408726929ed04f1b"  # its digit run matched the phone pattern
+    view = DeadLetterPolicy().masked_view(msgpack.packb({"v": 1, "id": request_id, "inputs": {"text": "+1 415 555 0100"}}))
+    assert view is not None and view["id"] == request_id
+    assert "555" not in str(view["inputs"])
+    not_an_id = DeadLetterPolicy().masked_view(msgpack.packb({"id": "call me at +1 415 555 0100"}))
+    assert not_an_id is not None and "555" not in not_an_id["id"]
