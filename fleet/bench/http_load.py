@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from fleet.bench.load import mark_window_edges
+
 
 @dataclass
 class HttpSamples:
@@ -52,11 +54,6 @@ async def closed_loop_http(host: str, port: int, requests: Sequence[bytes], *, c
     window_start = time.perf_counter() + warmup_s
     window_end = window_start + duration_s
 
-    async def mark_edges() -> None:
-        for edge in (window_start, window_end):
-            await asyncio.sleep(max(edge - time.perf_counter(), 0))
-            at_window_edges()
-
     async def caller(index: int) -> None:
         reader, writer = await asyncio.open_connection(host, port)
         try:
@@ -71,5 +68,6 @@ async def closed_loop_http(host: str, port: int, requests: Sequence[bytes], *, c
         finally:
             writer.close()
 
-    await asyncio.gather(mark_edges(), *(caller(index) for index in range(callers)))
+    await asyncio.gather(mark_window_edges(window_start, window_end, at_window_edges),
+                         *(caller(index) for index in range(callers)))
     return samples

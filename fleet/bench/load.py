@@ -83,6 +83,13 @@ async def _send(client: FleetClient, model: str, text: str) -> Result | Exceptio
         return exc
 
 
+async def mark_window_edges(start: float, end: float, at_edge: Callable[[], None]) -> None:
+    """Call `at_edge` when the measured window opens and when it closes (perf_counter times)."""
+    for edge in (start, end):
+        await asyncio.sleep(max(edge - time.perf_counter(), 0))
+        at_edge()
+
+
 async def closed_loop(client: FleetClient, model: str, texts: TextCycle, *, callers: int, warmup_s: float,
                       duration_s: float, at_window_edges: Callable[[], None] = lambda: None) -> PhaseSamples:
     """`callers` back-to-back callers for warmup_s + duration_s; counts replies inside the window.
@@ -90,11 +97,6 @@ async def closed_loop(client: FleetClient, model: str, texts: TextCycle, *, call
     samples = PhaseSamples(window_s=duration_s)
     window_start = time.perf_counter() + warmup_s
     window_end = window_start + duration_s
-
-    async def mark_edges() -> None:
-        for edge in (window_start, window_end):
-            await asyncio.sleep(max(edge - time.perf_counter(), 0))
-            at_window_edges()
 
     async def caller() -> None:
         while (sent_at := time.perf_counter()) < window_end:
@@ -105,7 +107,8 @@ async def closed_loop(client: FleetClient, model: str, texts: TextCycle, *, call
             samples.sent += 1
             samples.record(outcome, (done_at - sent_at) * 1000)
 
-    await asyncio.gather(mark_edges(), *(caller() for _ in range(callers)))
+    await asyncio.gather(mark_window_edges(window_start, window_end, at_window_edges),
+                         *(caller() for _ in range(callers)))
     return samples
 
 

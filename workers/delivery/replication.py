@@ -38,7 +38,7 @@ class Replication:
         if self.replicas == 0 or not keys:
             return
         if isinstance(redis, RedisCluster):
-            masters = {redis.get_node_from_key(key).name: redis.get_node_from_key(key) for key in keys}
+            masters = {node.name: node for node in map(redis.get_node_from_key, keys)}
             counts = await asyncio.gather(*(redis.execute_command("WAIT", self.replicas, self.timeout_ms,
                                                                   target_nodes=node) for node in masters.values()))
             short = [name for name, count in zip(masters, counts, strict=True) if int(count) < self.replicas]
