@@ -22,7 +22,7 @@ from fleet.stack.proc import Endpoint, port_open
 from tests.paths import REPO_ROOT as ROOT
 
 
-def free_ports(*, brokers: int = 3, first_shift: int = 0, redis_base: int = 27379) -> dict[str, str]:
+def free_ports(*, brokers: int = 3, first_shift: int = 0, redis_base: int = 19379) -> dict[str, str]:
     """FLEET_* port settings of a `brokers`-node Kafka + Redis Cluster whose every port is free now.
     Tests that may run at the same time start from different `first_shift`s. A Redis node's cluster
     bus listens on its port + 10000: with `redis_base` below 22768 that stays under Linux's
@@ -50,7 +50,7 @@ def share_jars(home: Path) -> None:
 class StackCli:
     """`python -m fleet.stack` with this test's environment, and the timings of each step."""
 
-    def __init__(self, home: Path, *, brokers: int = 3, first_shift: int = 0, redis_base: int = 27379) -> None:
+    def __init__(self, home: Path, *, brokers: int = 3, first_shift: int = 0, redis_base: int = 19379) -> None:
         ports = free_ports(brokers=brokers, first_shift=first_shift, redis_base=redis_base)
         self.env = {**os.environ, **ports, "FLEET_HOME": str(home), "FLEET_KAFKA_NODE_HEAP_MAX": "384m"}
         self.timings: dict[str, float] = {}
