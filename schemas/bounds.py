@@ -70,3 +70,8 @@ def bound_problems(document: Any, bounds: JsonBounds, limit: int = 5) -> list[tu
             continue
         stack.extend((child_path, child, depth + 1) for child_path, child in _children(value, path))
     return problems
+
+
+def plain_strings(document: Any) -> bool:
+    """A map whose values are all strings: in bounds at once for msgpack input, whose strings are valid UTF-8."""
+    return isinstance(document, dict) and all(type(value) is str for value in document.values())

@@ -10,9 +10,12 @@ from enum import StrEnum
 from typing import Annotated, Any, Self
 
 import msgpack
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from schemas.bounds import JsonBounds, bound_problems
+from schemas.bounds import JsonBounds, bound_problems, plain_strings
+from schemas.packing import F32LE, EmbeddingEncoding, f32le, holds_rows, pack_with_outputs
 
 SCHEMA_VERSION = 1
 
@@ -102,12 +105,17 @@ class Request(_Wire):
     submitted_ms: int = Field(gt=0)
     debug: bool = False
     tenant: str | None = Field(None, max_length=128)
+    embedding_encoding: EmbeddingEncoding | None = Field(
+        None, description="`f32le`: the result carries an embedding as raw little-endian float32 bytes; absent: as "
+                          "a msgpack array of float 32")
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
         data = unpack_map(raw)
         bounds = JsonBounds(max_depth=PARAMS_MAX_DEPTH)
+        # msgpack's strings are valid UTF-8 already: a map of strings (the usual text request) keeps the bounds.
         problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
+                    if not plain_strings(data.get(field, {}))
                     for path, problem in bound_problems(data.get(field, {}), bounds, limit=3)]
         if problems:
             raise WireError("invalid fields: " + "; ".join(problems))
@@ -161,15 +169,41 @@ class Result(_Wire):
     finished_ms: int = Field(default_factory=now_ms)
     tenant: str | None = Field(None, max_length=128, description="The submitting request's tenant: only it may read "
                                "this result")
+    embedding_encoding: EmbeddingEncoding | None = Field(
+        None, description="Set when outputs.embedding is not a float array: `f32le`, raw little-endian float32 bytes")
 
-    def encode(self) -> bytes:
-        """The bytes `model_dump(mode="python", exclude_none=True)` would pack, taken from the fields as
-        they are: dumping first copies every float of an embedding, which cost more than packing it.
-        Single floats halve the size of embeddings on the wire; float32 is what models produce."""
+    def encode(self, *, tenant: str | None = None, embedding_encoding: EmbeddingEncoding | None = None) -> bytes:
+        """The fields as they are, without `model_dump` (it copies every float of an embedding); an
+        embedding held as a numpy row is packed from numpy (schemas/packing.py). Single floats halve
+        the size of embeddings on the wire; float32 is what models produce. `tenant` stamps the result
+        for that tenant; `embedding_encoding` is what the request asked for."""
         fields = {name: value for name, value in self.__dict__.items() if value is not None}
+        if tenant is not None:
+            fields["tenant"] = tenant
         if self.error is not None:
             fields["error"] = self.error.model_dump(mode="python", exclude_none=True)
-        return msgpack.packb(fields, use_bin_type=True, use_single_float=True)
+        outputs = fields.get("outputs")
+        if outputs is None:
+            return msgpack.packb(fields, use_bin_type=True, use_single_float=True)
+        embedding = outputs.get("embedding")
+        if embedding_encoding == F32LE and isinstance(embedding, (np.ndarray, list)):
+            fields["embedding_encoding"] = embedding_encoding
+            outputs = {**outputs, "embedding": f32le(embedding)}
+        elif not holds_rows(outputs):
+            return msgpack.packb(fields, use_bin_type=True, use_single_float=True)
+        del fields["outputs"]
+        return pack_with_outputs(fields, outputs)
+
+    def embedding(self) -> npt.NDArray[np.float32] | None:
+        """outputs.embedding as a float32 row, whichever encoding carried it; None without one."""
+        value = self.outputs.get("embedding") if self.outputs else None
+        if value is None:
+            return None
+        if self.embedding_encoding == F32LE:
+            if not isinstance(value, bytes) or len(value) % 4:
+                raise WireError("outputs.embedding: f32le needs bytes, a multiple of 4 long", "invalid_fields")
+            return np.frombuffer(value, dtype="<f4").astype(np.float32)
+        return np.asarray(value, dtype=np.float32)
 
 
 class DeadLetter(_Wire):
@@ -206,4 +240,5 @@ class TraceRecord(_Wire):
     time_ms: int = Field(default_factory=now_ms)
 
     def encode(self) -> bytes:
-        return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True, use_single_float=True)
+        # outputs as they are: a numpy row in them is packed as floats, not dumped
+        return pack_with_outputs(self.model_dump(mode="python", exclude_none=True, exclude={"outputs"}), self.outputs)
