@@ -21,6 +21,7 @@ import msgpack
 
 from common.redis_cluster import REDIS_DOWN, AnyRedis, mget_all, set_all
 from schemas.names import cache_generation_key, exact_cache_pattern
+from schemas.packing import pack_outputs as pack_outputs_map
 from workers.cache.keys import local_key, redis_key
 from workers.cache.metrics import CacheMetrics
 
@@ -45,9 +46,8 @@ return #KEYS
 
 
 def pack_outputs(outputs: dict[str, Any]) -> bytes:
-    """A result's outputs as cached: msgpack with single floats, as Result.encode sends them."""
-    packed: bytes = msgpack.packb(outputs, use_bin_type=True, use_single_float=True)
-    return packed
+    """A result's outputs as cached: msgpack with single floats, as Result.encode sends them (numpy rows too)."""
+    return pack_outputs_map(outputs)
 
 
 def unpack_outputs(raw: bytes) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """What a model's output row means to a caller: the `outputs` map of a result.
 
-An embedding model's row is the embedding. A classifier's row is a probability per label
+An embedding model's row is the embedding, kept as the float32 row it is: the result packs it
+from numpy (schemas/packing.py), in whichever encoding the request asked for. A classifier's row is a probability per label
 (the manifest lists the labels in row order); callers get the winning label, its
 probability and the runners-up, never a bare vector they would have to decode.
 """
@@ -23,4 +24,4 @@ def outputs_of(manifest: ModelManifest, row: npt.NDArray[np.float32]) -> dict[st
             "score": float(row[order[0]]),
             "top": [[manifest.labels[int(i)], float(row[i])] for i in order],
         }
-    return {"embedding": row.tolist()}
+    return {"embedding": row}

@@ -21,6 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from common.redis_cluster import AnyRedis
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
 from schemas.wire import DeadLetter, Request, Result, Status
+from workers.delivery.batched_produce import Send, produce_batched
 from workers.delivery.cluster_writes import ResultWrite, write_on_cluster
 from workers.delivery.replication import Replication
 from workers.delivery.dead_letters import DeadLetterPolicy
@@ -55,9 +56,6 @@ FINAL = frozenset({Status.ok, Status.degraded})
 MAX_KNOWN_TOPICS = 10_000
 MAX_DEAD_BYTES = 256 * 1024  # a dead letter must fit the producer's 1 MiB request
 
-Send = tuple[str, bytes, bytes | None]  # topic, value, key
-
-
 class _Record(Protocol):
     topic: str
     partition: int
@@ -89,11 +87,11 @@ class Outcome:
     @cached_property
     def payload(self) -> bytes:
         """The result as delivered, packed once for Redis and the results topic, stamped with the
-        request's tenant so that only that tenant may read it."""
-        tenant = self.request.tenant if self.request is not None else None
-        if tenant is None or self.result.tenant == tenant:
+        request's tenant so that only that tenant may read it, its embedding in the encoding the
+        request asked for."""
+        if self.request is None:
             return self.result.encode()
-        return self.result.model_copy(update={"tenant": tenant}).encode()
+        return self.result.encode(tenant=self.request.tenant, embedding_encoding=self.request.embedding_encoding)
 
 
 class ResultSink:
@@ -200,13 +198,29 @@ class ResultSink:
         return refused
 
     async def _send_all(self, sends: list[Send], results_topic: bool) -> list[BaseException | None]:
+        """Each send's error, or None once acknowledged. Results go as one record batch per partition
+        (workers/delivery/batched_produce.py); dead letters and forwards, rare and possibly large,
+        one by one."""
+        if not results_topic:
+            return await self._send_each(sends)
+        unready: dict[str, BaseException] = {}
+        for topic in dict.fromkeys(topic for topic, _, _ in sends):
+            try:
+                await self._ensure_known(topic)
+            except Exception as exc:  # that topic's sends fail with it; the others go ahead
+                unready[topic] = exc
+        ready = [send for send in sends if send[0] not in unready]
+        sent = iter(await produce_batched(self._producer, ready, self._send_alone))
+        return [unready[send[0]] if send[0] in unready else next(sent) for send in sends]
+
+    async def _send_each(self, sends: list[Send]) -> list[BaseException | None]:
         """Hand every send to the producer in order, then wait for all their acknowledgements: each
         send's error, or None. The producer batches them per partition; a task per send would cost
         more than the send."""
         handles: list[asyncio.Future[object] | BaseException] = []
-        for send in sends:
+        for topic, value, key in sends:
             try:
-                handles.append(await self._enqueue(send, results_topic))
+                handles.append(await self._producer.send(topic, value, key=key))
             except Exception as exc:
                 handles.append(exc)
         acks = [handle for handle in handles if isinstance(handle, asyncio.Future)]
@@ -214,13 +228,23 @@ class ResultSink:
             await asyncio.wait(acks)
         return [handle if isinstance(handle, BaseException) else _error_of(handle) for handle in handles]
 
-    async def _enqueue(self, send: Send, results_topic: bool) -> "asyncio.Future[object]":
-        topic, value, key = send
-        if results_topic and self._ensure_topic is not None and topic not in self._known_topics:
+    async def _send_alone(self, sends: list[Send]) -> list[BaseException | None]:
+        """Each send in a batch of its own, acknowledged before the next: after a refused batch, the
+        verdict on every record alone (the producer would gather concurrent sends into one batch)."""
+        errors: list[BaseException | None] = []
+        for topic, value, key in sends:
+            try:
+                await (await self._producer.send(topic, value, key=key))
+                errors.append(None)
+            except Exception as exc:
+                errors.append(exc)
+        return errors
+
+    async def _ensure_known(self, topic: str) -> None:
+        if self._ensure_topic is not None and topic not in self._known_topics:
             await self._ensure_topic(topic)
             if len(self._known_topics) < MAX_KNOWN_TOPICS:
                 self._known_topics.add(topic)
-        return await self._producer.send(topic, value, key=key)
 
 
 def _error_of(ack: "asyncio.Future[object]") -> BaseException | None:
