@@ -1,0 +1,106 @@
+"""Producing a delivery's results as record batches: one per partition, not one send per record.
+
+`AIOKafkaProducer.send` costs a coroutine, a size estimate, a pure-Python murmur2, a future and
+a message append per record, which was the largest single cost of delivering a computed result.
+Here each record is appended to its partition's `BatchBuilder` and each batch is handed over with
+`send_batch`: one future per batch. Records go to the partition the producer's own default
+partitioner picks for their key and keep their order within it, so where a result lands and in
+which order is what per-record sends gave.
+
+Records over `ALONE_BYTES` go through `one_by_one` from the start: `send` refuses a record over the
+producer's request size before it reaches the broker, which a batch would not. That matters beyond
+the one record: once the broker has refused a record of an idempotent producer's partition, aiokafka
+does not rewind the partition's sequence numbers, and every later record there fails with
+OutOfOrderSequenceNumber. A batch the broker refuses for good all the same (a topic it will not
+take) is sent again record by record through `one_by_one`, so only the records it refuses fail; an
+outage fails the batch's records with the outage, for the caller to wait out and retry.
+"""
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import UnknownTopicOrPartitionError
+from aiokafka.partitioner import DefaultPartitioner
+
+from workers.delivery.patience import is_outage
+
+Send = tuple[str, bytes, bytes | None]  # topic, value, key
+Errors = list[BaseException | None]
+
+ALONE_BYTES = 256 * 1024  # a record this large is rare, and costs its send far less than its size
+_partitioner = DefaultPartitioner()
+
+
+async def produce_batched(producer: AIOKafkaProducer, sends: Sequence[Send],
+                          one_by_one: Callable[[list[Send]], Awaitable[Errors]]) -> Errors:
+    """Each send's error, or None once the broker acknowledged it; returns when every batch is settled."""
+    errors: Errors = [None] * len(sends)
+    by_partition: dict[tuple[str, int], list[int]] = {}
+    partitions_of: dict[str, list[int]] = {}
+    alone: list[int] = []
+    for index, (topic, value, key) in enumerate(sends):
+        if len(value) + len(key or b"") > ALONE_BYTES:
+            alone.append(index)
+            continue
+        if topic not in partitions_of:
+            try:
+                partitions_of[topic] = sorted(await producer.partitions_for(topic))
+            except Exception as exc:  # no metadata: every record of the topic fails alike
+                partitions_of[topic] = []
+                errors[index] = exc
+        partitions = partitions_of[topic]
+        if not partitions:
+            errors[index] = errors[index] or UnknownTopicOrPartitionError(f"no partitions known for {topic}")
+            continue
+        partition = _partitioner(key, partitions, partitions) if key is not None else random.choice(partitions)
+        by_partition.setdefault((topic, partition), []).append(index)
+    batches = [batch for (topic, partition), members in by_partition.items()
+               for batch in await _hand_over(producer, sends, topic, partition, members, errors)]
+    if batches:
+        await asyncio.wait([ack for ack, _ in batches])
+    refused = alone
+    for ack, members in batches:
+        exc = asyncio.CancelledError("the producer dropped the batch") if ack.cancelled() else ack.exception()
+        if exc is None:
+            continue
+        if is_outage(exc):
+            for index in members:
+                errors[index] = exc
+        else:
+            refused += members
+    if refused:
+        refused.sort()
+        for index, exc in zip(refused, await one_by_one([sends[i] for i in refused]), strict=True):
+            errors[index] = exc
+    return errors
+
+
+async def _hand_over(producer: AIOKafkaProducer, sends: Sequence[Send], topic: str, partition: int,
+                     members: list[int], errors: Errors) -> list[tuple["asyncio.Future[object]", list[int]]]:
+    """The records of one partition as batches handed to the producer, each with the sends it holds."""
+    handed: list[tuple[asyncio.Future[object], list[int]]] = []
+    batch, held = producer.create_batch(), []
+    for index in members:
+        _, value, key = sends[index]
+        if batch.append(key=key, value=value, timestamp=None) is None:  # full: hand it over, start the next
+            handed += await _send(producer, batch, topic, partition, held, errors)
+            batch, held = producer.create_batch(), []
+            batch.append(key=key, value=value, timestamp=None)  # an empty batch takes any one record
+        held.append(index)
+    if held:
+        handed += await _send(producer, batch, topic, partition, held, errors)
+    return handed
+
+
+async def _send(producer: AIOKafkaProducer, batch: object, topic: str, partition: int, held: list[int],
+                errors: Errors) -> list[tuple["asyncio.Future[object]", list[int]]]:
+    try:
+        ack: asyncio.Future[object] = await producer.send_batch(batch, topic, partition=partition)  # type: ignore[arg-type]
+    except Exception as exc:  # the producer would not take it (closed, timed out waiting for room)
+        for index in held:
+            errors[index] = exc
+        return []
+    return [(ack, held)]
+
