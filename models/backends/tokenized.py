@@ -3,13 +3,14 @@ ids and padding), length-aware sub-batches, `infer`, and the shapes a warm-up ru
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from models.backends.base import Encoded, Feeds
 from models.registry import ModelManifest, ModelRegistry
@@ -42,6 +43,7 @@ class BatchTokenizer:
             raise ValueError(f"{tokenizer_file}: pad token {pad_token!r} is not in the vocabulary")
         self._tokenizer.enable_truncation(max_length=max_length)
         self._tokenizer.no_padding()
+        self._plain_ascii = _without_bert_normalizer(self._tokenizer)
         self._pad_id = pad_id
         # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
         # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
@@ -62,10 +64,22 @@ class BatchTokenizer:
 
     def token_rows(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Token ids per text and whether each text was cut at max_length."""
+        texts = list(texts)
+        plain = [i for i, text in enumerate(texts) if text.isascii() and text.isprintable()] \
+            if self._plain_ascii is not None else []
+        encodings: list[Encoding | None] = [None] * len(texts)
         with self._lock:
             # Without character offsets, which nothing here reads: a sixth less CPU per text.
-            encodings = self._tokenizer.encode_batch_fast(list(texts))
-        return [encoding.ids for encoding in encodings], [bool(encoding.overflowing) for encoding in encodings]
+            if plain and self._plain_ascii is not None:
+                for i, encoding in zip(plain, self._plain_ascii.encode_batch_fast([texts[i].lower() for i in plain]),
+                                       strict=True):
+                    encodings[i] = encoding
+            rest = [i for i, encoding in enumerate(encodings) if encoding is None]
+            if rest:
+                for i, encoding in zip(rest, self._tokenizer.encode_batch_fast([texts[i] for i in rest]), strict=True):
+                    encodings[i] = encoding
+        done = [encoding for encoding in encodings if encoding is not None]
+        return [encoding.ids for encoding in done], [bool(encoding.overflowing) for encoding in done]
 
     def encode(self, texts: Sequence[str], bucket_size: int) -> Encoded:
         """Tokenise and group rows of similar length into sub-batches (see Encoded.group)."""
@@ -85,6 +99,22 @@ class BatchTokenizer:
             mask[i, : len(row)] = 1
         columns = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         return {name: columns[name] for name in self._input_names}
+
+
+def _without_bert_normalizer(tokenizer: Tokenizer) -> Tokenizer | None:
+    """The tokenizer without its normalizer, where that is a lowercasing BertNormalizer; else None.
+
+    On printable ASCII text such a normalizer only lowercases: there are no control characters
+    to clean, no accents to strip, no CJK characters to space out. `str.lower` does that in a
+    fraction of what the normalizer costs (about 12 of 31 us per short text, tracking every
+    character's alignment), and the ids come out the same (tests/unit/models/test_tokenizer.py).
+    """
+    config = json.loads(tokenizer.to_str())
+    normalizer = config.get("normalizer") or {}
+    if normalizer.get("type") != "BertNormalizer" or not normalizer.get("lowercase"):
+        return None
+    config["normalizer"] = None
+    return Tokenizer.from_str(json.dumps(config))  # truncation and padding travel in the config
 
 
 class TokenizedBackend:

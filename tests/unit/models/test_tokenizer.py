@@ -1,0 +1,54 @@
+"""BatchTokenizer's printable-ASCII path gives the ids the version's full tokenizer gives."""
+
+import random
+import string
+
+import pytest
+from tokenizers import Tokenizer
+
+from models.backends.tokenized import BatchTokenizer
+from tests.built_models import built_registry, resolve_or_skip
+
+MAX_LENGTH = 32
+AWKWARD = [
+    "", " ", "   leading and trailing   ", "Where IS my Parcel?!", "reset my password... (again)",
+    "tabs\tand\nnewlines\r\nhere", "a\x00nul and \x07bell and \x7fdel", "café déjà vu", "naïve ÀÉÎÕÜ",
+    "中文字符 mixed with English", "emoji 🙂 in text", "non\u00a0breaking\u2003spaces", "zero\u200bwidth",
+    "soft\u00adhyphen", "e\u0301 combining accent", "ﬁ ligature", "Ⅻ roman numeral", "ß straße STRASSE",
+    "İstanbul ǅ titlecase", "x" * 500, " ".join(["word"] * 100), "don't won't can't", "$100 & 50% off #1",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> tuple[BatchTokenizer, Tokenizer]:
+    registry = built_registry()
+    manifest = resolve_or_skip(registry, "fp32")
+    path = registry.path_of(manifest, manifest.tokenizer_file)
+    reference = Tokenizer.from_file(str(path))
+    reference.enable_truncation(max_length=MAX_LENGTH)
+    reference.no_padding()
+    ours = BatchTokenizer(path, max_length=MAX_LENGTH, input_names=[spec.name for spec in manifest.inputs])
+    return ours, reference
+
+
+def random_texts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    alphabet = string.printable + "éüßÅ中🙂\u00a0\u200b\x00\x1b"
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("texts", [AWKWARD, random_texts(400, seed=1), random_texts(400, seed=2)],
+                         ids=["awkward", "random-1", "random-2"])
+def test_ids_and_truncation_match_the_full_tokenizer(tokenizers: tuple[BatchTokenizer, Tokenizer],
+                                                     texts: list[str]) -> None:
+    ours, reference = tokenizers
+    ids, truncated = ours.token_rows(texts)
+    expected = reference.encode_batch(texts)
+    assert ids == [encoding.ids for encoding in expected]
+    assert truncated == [bool(encoding.overflowing) for encoding in expected]
+
+
+def test_the_fast_path_is_taken_for_printable_ascii(tokenizers: tuple[BatchTokenizer, Tokenizer]) -> None:
+    """Guards the point of the path: a lowercasing BertNormalizer is recognised and dropped."""
+    ours, _ = tokenizers
+    assert ours._plain_ascii is not None and ours._plain_ascii.normalizer is None
