@@ -25,8 +25,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from common.redis_cluster import AnyRedis
 from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
 from common.logs import LogThrottle
+from gateway.answers import Refusal, retry_after
 from gateway.errors import FleetUnavailable
-from gateway.limits import send_json
+from gateway.metrics import Children
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ MAX_CACHED = 10_000
 # Redis lookups at once: a flood of new keys must not take every connection of the client's pool
 # (100), which the reply reader and result lookups share.
 MAX_CONCURRENT_LOOKUPS = 16
-CHALLENGE = [(b"www-authenticate", b"Bearer")]
+CHALLENGE = ((b"www-authenticate", b"Bearer"),)
 
 
 @dataclass(frozen=True)
@@ -149,52 +150,60 @@ class KeyDirectory:
         self._cache[digest] = (now + self._cache_s, record)
 
 
-class Authenticate:
-    """ASGI middleware: sets the request's `Caller` (scope state "caller") or answers 401/403/503."""
+class Gatekeeper:
+    """Who a request is, or why it is turned away: 401 (missing, unknown, revoked key), 403 (a
+    metrics key off /metrics, or another key on it), 503 (Redis cannot say). Used by the
+    `Authenticate` middleware and by the fast path alike; None as `directory` lets everyone in."""
 
-    def __init__(self, app: ASGIApp, directory: KeyDirectory | None, *, metrics_tenants: frozenset[str],
-                 failures: Counter, unavailable: Counter, retry_after_s: int) -> None:
-        self.app = app
+    def __init__(self, directory: KeyDirectory | None, *, metrics_tenants: frozenset[str], failures: Counter,
+                 unavailable: Counter, retry_after_s: int) -> None:
         self.directory = directory
         self.metrics_tenants = metrics_tenants
-        self.failures = failures
-        self.unavailable = unavailable
-        self.retry_after = str(retry_after_s).encode()
+        self._failures = Children(failures)
+        self._unavailable = Children(unavailable)
+        self._retry_after = retry_after(retry_after_s)
+
+    async def check(self, path: str, headers: list[tuple[bytes, bytes]]) -> Caller | Refusal:
+        if self.directory is None:
+            return ANONYMOUS
+        key = presented_key(headers)
+        if key is None or len(key) > MAX_KEY_CHARS:
+            return self._refuse(401, "missing", "an API key is required: 'Authorization: Bearer <key>' "
+                                "or 'X-API-Key: <key>'")
+        try:
+            record = await self.directory.lookup(key)
+        except FleetUnavailable as exc:
+            self._unavailable(exc.dependency).inc()
+            return Refusal(503, {"detail": str(exc), "dependency": exc.dependency}, self._retry_after)
+        if record is None or not record.active:
+            return self._refuse(401, "invalid", "unknown or revoked API key")
+        if (path == METRICS_PATH) != (record.tenant in self.metrics_tenants):
+            detail = "/metrics needs a key of a metrics tenant" if path == METRICS_PATH else "this key may only read /metrics"
+            return self._refuse(403, "forbidden", detail)
+        return Caller(tenant=record.tenant, key_id=record.key_id)
+
+    def _refuse(self, status: int, reason: str, detail: str) -> Refusal:
+        self._failures(reason).inc()
+        return Refusal(status, {"detail": detail}, CHALLENGE if status == 401 else ())
+
+
+class Authenticate:
+    """ASGI middleware: sets the request's `Caller` (scope state "caller") or sends the gatekeeper's refusal."""
+
+    def __init__(self, app: ASGIApp, gatekeeper: Gatekeeper) -> None:
+        self.app = app
+        self.gatekeeper = gatekeeper
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        caller = ANONYMOUS if self.directory is None else await self._identify(scope, send)
-        if caller is not None:
-            scope.setdefault("state", {})["caller"] = caller
-            await self.app(scope, receive, send)
-
-    async def _identify(self, scope: Scope, send: Send) -> Caller | None:
-        """The caller, or None once a refusal has been sent."""
-        assert self.directory is not None
-        key = presented_key(scope["headers"])
-        if key is None or len(key) > MAX_KEY_CHARS:
-            return await self._refuse(send, 401, "missing", "an API key is required: 'Authorization: Bearer <key>' "
-                                      "or 'X-API-Key: <key>'")
-        try:
-            record = await self.directory.lookup(key)
-        except FleetUnavailable as exc:
-            self.unavailable.labels(dependency=exc.dependency).inc()
-            await send_json(send, 503, {"detail": str(exc), "dependency": exc.dependency},
-                            [(b"retry-after", self.retry_after)])
-            return None
-        if record is None or not record.active:
-            return await self._refuse(send, 401, "invalid", "unknown or revoked API key")
-        if (scope["path"] == METRICS_PATH) != (record.tenant in self.metrics_tenants):
-            detail = ("/metrics needs a key of a metrics tenant" if scope["path"] == METRICS_PATH
-                      else "this key may only read /metrics")
-            return await self._refuse(send, 403, "forbidden", detail)
-        return Caller(tenant=record.tenant, key_id=record.key_id)
-
-    async def _refuse(self, send: Send, status: int, reason: str, detail: str) -> None:
-        self.failures.labels(reason=reason).inc()
-        await send_json(send, status, {"detail": detail}, CHALLENGE if status == 401 else None)
+        caller = await self.gatekeeper.check(scope["path"], scope["headers"])
+        if isinstance(caller, Refusal):
+            await caller.send(send)
+            return
+        scope.setdefault("state", {})["caller"] = caller
+        await self.app(scope, receive, send)
 
 
 def caller_of(request: Request) -> Caller:

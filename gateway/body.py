@@ -9,6 +9,7 @@ from email.message import Message
 from typing import Any
 
 import msgpack
+import orjson
 from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,6 +51,29 @@ def invalid(*problems: tuple[Path, str]) -> RequestValidationError:
                                     "type": "value_error"} for path, message in problems])
 
 
+# Content types that need no parsing to be known as JSON.
+PLAIN_JSON = frozenset({None, "application/json"})
+# A run of this many digits may be an integer outside int64, which orjson reads as a float.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_UNREAD = object()
+
+
+def _quick_document(raw: bytes) -> Any:
+    """orjson's reading of `raw` where it is the standard library's too, else `_UNREAD`.
+
+    orjson reads JSON text ~5x faster, and what it takes it reads as `json.loads` does, but for
+    integers beyond 64 bits, which it turns into floats: the bounds must see those as integers
+    (outside int64, a 422 naming the field), so a body with a long digit run goes the slow way.
+    What orjson refuses (NaN, lone surrogates, numbers that overflow, bytes that are not JSON)
+    goes the slow way too, to be taken or refused with the standard library's own message."""
+    if _LONG_DIGITS.search(raw) is not None:
+        return _UNREAD
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _UNREAD
+
+
 def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return True  # what FastAPI assumes too: curl -d without a header still works
@@ -61,8 +85,10 @@ def _is_json(content_type: str | None) -> bool:
 
 def parse_document(raw: bytes, content_type: str | None) -> Any:
     """The JSON value in `raw`: 415 for another content type, 400 for bytes that are not JSON text."""
-    if not _is_json(content_type):
+    if content_type not in PLAIN_JSON and not _is_json(content_type):
         raise HTTPException(415, f"content-type: expected application/json, got {content_type[:100]!r}")
+    if (document := _quick_document(raw)) is not _UNREAD:
+        return document
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -6,6 +6,8 @@ import json
 import logging
 import math
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -16,10 +18,13 @@ from prometheus_client import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.answers import retry_after, send_json
 from gateway.errors import FleetUnavailable, Overloaded
-from gateway.limits import send_json
 
 log = logging.getLogger(__name__)
+
+# The route label of answers given before any route matched: refusals of the admission checks.
+UNMATCHED = "unmatched"
 
 
 class SafeJSONResponse(JSONResponse):
@@ -29,10 +34,15 @@ class SafeJSONResponse(JSONResponse):
     A NaN or infinity is null, as orjson writes it: JSON has no such numbers."""
 
     def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except TypeError:
-            return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+        return safe_json(content)
+
+
+def safe_json(content: Any) -> bytes:
+    """`SafeJSONResponse`'s bytes for `content`, for the answers the fast path writes itself."""
+    try:
+        return orjson.dumps(content)
+    except TypeError:
+        return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _finite(content: Any) -> Any:
@@ -51,41 +61,67 @@ def _validation_detail(exc: RequestValidationError) -> list[dict[str, Any]]:
             for error in exc.errors()]
 
 
-def install_error_handlers(app: FastAPI, unavailable: Counter, retry_after_s: int) -> None:
-    retry_after = {"Retry-After": str(retry_after_s)}
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    status: int
+    content: dict[str, Any]
+    headers: dict[str, str] | None = None
 
-    async def validation_failed(_: Request, exc: Exception) -> SafeJSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        return SafeJSONResponse({"detail": _validation_detail(exc)}, status_code=422)
 
-    async def http_error(_: Request, exc: Exception) -> SafeJSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        return SafeJSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+def error_answer(exc: Exception, unavailable: Callable[[str], Counter], retry_after_s: int) -> ErrorAnswer | None:
+    """The answer to an exception a route raised on purpose: bad input (HTTPException,
+    RequestValidationError), an outage (FleetUnavailable, counted), too many waits (Overloaded);
+    None for any other exception, which is a bug (see `Outcomes`). FastAPI's exception handlers and
+    the fast path both answer through this, so a route gives the same answer on either path."""
+    if isinstance(exc, RequestValidationError):
+        return ErrorAnswer(422, {"detail": _validation_detail(exc)})
+    if isinstance(exc, StarletteHTTPException):
+        return ErrorAnswer(exc.status_code, {"detail": exc.detail}, exc.headers)
+    if isinstance(exc, FleetUnavailable):
+        unavailable(exc.dependency).inc()
+        return ErrorAnswer(503, {"detail": str(exc), "dependency": exc.dependency},
+                           {"Retry-After": str(retry_after_s)})
+    if isinstance(exc, Overloaded):
+        return ErrorAnswer(429, {"detail": str(exc)}, {"Retry-After": str(retry_after_s)})
+    return None
 
-    async def fleet_unavailable(_: Request, exc: Exception) -> SafeJSONResponse:
-        assert isinstance(exc, FleetUnavailable)
-        unavailable.labels(dependency=exc.dependency).inc()
-        return SafeJSONResponse({"detail": str(exc), "dependency": exc.dependency}, status_code=503,
-                                headers=retry_after)
 
-    async def overloaded(_: Request, exc: Exception) -> SafeJSONResponse:
-        return SafeJSONResponse({"detail": str(exc)}, status_code=429, headers=retry_after)
+def install_error_handlers(app: FastAPI, unavailable: Callable[[str], Counter], retry_after_s: int) -> None:
+    async def answer(_: Request, exc: Exception) -> SafeJSONResponse:
+        found = error_answer(exc, unavailable, retry_after_s)
+        assert found is not None, "registered only for the exceptions error_answer takes"
+        return SafeJSONResponse(found.content, status_code=found.status, headers=found.headers)
 
-    app.add_exception_handler(RequestValidationError, validation_failed)
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(FleetUnavailable, fleet_unavailable)
-    app.add_exception_handler(Overloaded, overloaded)
+    for kind in (RequestValidationError, StarletteHTTPException, FleetUnavailable, Overloaded):
+        app.add_exception_handler(kind, answer)
+
+
+class InternalErrors:
+    """A bug's answer: logged with an error id, counted, and answered 503 "internal error, retry"
+    with Retry-After, never a bare 500."""
+
+    def __init__(self, counter: Counter, retry_after_s: int) -> None:
+        self._counter = counter
+        self._retry_after = retry_after(retry_after_s)
+
+    async def answer(self, scope: Scope, send: Send, *, started: bool) -> None:
+        """Call from an `except` block; `started` says whether a response is under way already."""
+        error_id = secrets.token_hex(8)
+        self._counter.inc()
+        log.exception("internal error answering %s %s", scope.get("method"), scope.get("path"),
+                      extra={"request_id": error_id})
+        if not started:
+            await send_json(send, 503, {"detail": "internal error, retry", "error_id": error_id}, list(self._retry_after))
 
 
 class Outcomes:
-    """Outermost middleware: counts every answer by route and code, and turns an exception no
-    handler took (a bug) into a logged 503 "internal error, retry" with an error id."""
+    """Outermost middleware of the FastAPI routes: counts every answer by route and code, and turns
+    an exception no handler took (a bug) into `InternalErrors`' answer."""
 
-    def __init__(self, app: ASGIApp, requests: Counter, internal_errors: Counter, retry_after_s: int) -> None:
+    def __init__(self, app: ASGIApp, requests: Callable[[str, str], Counter], internal_errors: InternalErrors) -> None:
         self.app = app
         self.requests = requests
         self.internal_errors = internal_errors
-        self.retry_after = str(retry_after_s).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,13 +138,7 @@ class Outcomes:
         try:
             await self.app(scope, receive, noting_send)
         except Exception:
-            error_id = secrets.token_hex(8)
-            self.internal_errors.inc()
-            log.exception("internal error answering %s %s", scope.get("method"), scope.get("path"),
-                          extra={"request_id": error_id})
-            if status == 0:
-                status = 503
-                await send_json(send, 503, {"detail": "internal error, retry", "error_id": error_id},
-                                [(b"retry-after", self.retry_after)])
+            await self.internal_errors.answer(scope, send, started=status != 0)
+            status = status or 503
         route = scope.get("route")
-        self.requests.labels(route=getattr(route, "path", "unmatched"), code=str(status)).inc()
+        self.requests(getattr(route, "path", UNMATCHED), str(status)).inc()

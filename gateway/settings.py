@@ -39,6 +39,9 @@ class GatewaySettings(ClientSettings):
     gateway_workers: int = Field(1, ge=1, le=64, description="Gateway processes on the one port (`fleet-gateway "
                                  "--workers N` sets it too); each has its own reply stream and 1/N of every quota")
     max_in_flight: int = Field(1000, ge=1, description="Concurrent /v1 requests per process; more are 429")
+    fast_routes: bool = Field(True, description="Serve POST /v1/models/{model}/infer and /requests by the gateway's "
+                              "own fast path (gateway/fast_routes.py); false sends them through FastAPI like the "
+                              "other routes: the same answers at several times the CPU")
     retry_after_s: int = Field(1, ge=1, description="Retry-After of 429 and 503 answers")
     rule_fallbacks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per model, a safe answer "
                                                       "(outputs) given when no worker of any kind is alive and the "

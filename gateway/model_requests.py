@@ -1,0 +1,97 @@
+"""What POST /v1/models/{model}/infer and /v1/models/{model}/requests do once the caller is
+admitted: read the body as the key's tenant, publish the request and, for infer, await its reply.
+
+Both ways a request can take call this: the FastAPI routes (gateway/app.py, which also document
+the routes in OpenAPI) and the fast path that serves them (gateway/fast_routes.py). Bad input and
+outages are raised (HTTPException, RequestValidationError, FleetUnavailable, Overloaded) for
+`gateway.responses.error_answer` to turn into the documented 4xx/503.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
+
+from gateway.auth import Caller
+from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
+from gateway.client import FleetClient, InferenceTimeout, RequestOptions
+from gateway.metrics import GatewayMetrics
+from gateway.settings import GatewaySettings
+from schemas.wire import ReplyTo, Result, Status
+
+INFER_ROUTE = "/v1/models/{model}/infer"
+SUBMIT_ROUTE = "/v1/models/{model}/requests"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A route's answer: status and JSON content."""
+
+    status: int
+    content: dict[str, Any]
+
+
+def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms: float) -> dict[str, Any]:
+    """The configured safe answer, marked degraded and computed by 'rules' (seed §3.4)."""
+    result = Result(id=request_id, model=model, version="rules", status=Status.degraded, outputs=outputs,
+                    device="rules", worker="gateway", timings={"gateway_ms": elapsed_ms})
+    return result.model_dump(mode="json")
+
+
+class ModelRequests:
+    def __init__(self, settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics) -> None:
+        self._settings = settings
+        self._fleet = fleet
+        self._metrics = metrics
+        self._rules = BodyRules.of(settings)
+        self._models = frozenset(settings.models)
+
+    def body(self, model: str, raw: bytes, content_type: str | None, caller: Caller) -> InferBody:
+        """The request body, checked, with the tenant of the caller's key in it."""
+        if model not in self._models:
+            raise HTTPException(404, f"unknown model {model!r}; this gateway serves {sorted(self._models)}")
+        body = parse_infer_body(raw, content_type, self._rules)
+        if caller.tenant is not None:
+            if body.tenant not in (None, caller.tenant):
+                raise invalid((("tenant",), "differs from the tenant of your API key; leave it out"))
+            body = body.model_copy(update={"tenant": caller.tenant})
+        return body
+
+    async def infer(self, model: str, body: InferBody) -> Reply:
+        started = time.perf_counter()
+        settings = self._settings
+        rule = settings.rule_fallbacks.get(model) if settings.rule_fallback_enabled else None
+        timeout = self._timeout_of(body)
+        try:
+            # With a rule to fall back on, stop waiting a little before the deadline to use it.
+            wait = timeout * (1 - settings.rule_fallback_margin) if rule is not None else timeout
+            result = await self._fleet.infer(model, body.text, timeout=wait, options=self._options_of(body))
+        except InferenceTimeout as exc:
+            if rule is not None and (await self._fleet.router.route(model, fresh=True)).workers_alive == 0:
+                self._metrics.rule_answers.labels(model=model).inc()
+                return Reply(200, rule_answer(exc.request_id, model, rule, (time.perf_counter() - started) * 1000))
+            return Reply(504, {"detail": str(exc), "id": exc.request_id})
+        elapsed = time.perf_counter() - started
+        metrics = self._metrics
+        metrics.latency_of(model).observe(elapsed)
+        timings = result.timings
+        metrics.stage_of(model, "produce").observe(timings.get("produce_ms", 0.0) / 1000)
+        metrics.stage_of(model, "end_to_end").observe(timings.get("end_to_end_ms", 0.0) / 1000)
+        answer = result.model_dump(mode="json")
+        answer["timings"]["gateway_ms"] = elapsed * 1000
+        return Reply(200, answer)
+
+    async def submit(self, model: str, body: InferBody) -> Reply:
+        request = self._fleet.build_request(model, body.text, timeout=self._timeout_of(body),
+                                            reply=ReplyTo(topic=body.results_topic), options=self._options_of(body))
+        await self._fleet.publish(request)
+        return Reply(202, {"id": request.id, "result_url": f"/v1/results/{request.id}"})
+
+    def _timeout_of(self, body: InferBody) -> float:
+        return body.timeout_ms / 1000 if body.timeout_ms else self._settings.default_timeout_s
+
+    @staticmethod
+    def _options_of(body: InferBody) -> RequestOptions:
+        # body.tenant is the key's tenant here (body() put it there); the caller's own only with auth off.
+        return RequestOptions(version=body.version, params=body.params, priority=body.priority, tenant=body.tenant)
