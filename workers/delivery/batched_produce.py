@@ -3,9 +3,10 @@
 `AIOKafkaProducer.send` costs a coroutine, a size estimate, a pure-Python murmur2, a future and
 a message append per record, which was the largest single cost of delivering a computed result.
 Here each record is appended to its partition's `BatchBuilder` and each batch is handed over with
-`send_batch`: one future per batch. Records go to the partition the producer's own default
-partitioner picks for their key and keep their order within it, so where a result lands and in
-which order is what per-record sends gave.
+`send_batch`: one future per batch. Records go to the partition the producer's default
+partitioner would pick for their key (common/partitioning.py computes it for all keys at once)
+and keep their order within it, so where a result lands and in which order is what per-record
+sends gave.
 
 Records over `ALONE_BYTES` go through `one_by_one` from the start: `send` refuses a record over the
 producer's request size before it reaches the broker, which a batch would not. That matters beyond
@@ -22,40 +23,41 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownTopicOrPartitionError
-from aiokafka.partitioner import DefaultPartitioner
 
+from common.partitioning import default_partitions
 from workers.delivery.patience import is_outage
 
 Send = tuple[str, bytes, bytes | None]  # topic, value, key
 Errors = list[BaseException | None]
 
 ALONE_BYTES = 256 * 1024  # a record this large is rare, and costs its send far less than its size
-_partitioner = DefaultPartitioner()
 
 
 async def produce_batched(producer: AIOKafkaProducer, sends: Sequence[Send],
                           one_by_one: Callable[[list[Send]], Awaitable[Errors]]) -> Errors:
     """Each send's error, or None once the broker acknowledged it; returns when every batch is settled."""
     errors: Errors = [None] * len(sends)
-    by_partition: dict[tuple[str, int], list[int]] = {}
-    partitions_of: dict[str, list[int]] = {}
     alone: list[int] = []
+    by_topic: dict[str, list[int]] = {}
     for index, (topic, value, key) in enumerate(sends):
         if len(value) + len(key or b"") > ALONE_BYTES:
             alone.append(index)
-            continue
-        if topic not in partitions_of:
-            try:
-                partitions_of[topic] = sorted(await producer.partitions_for(topic))
-            except Exception as exc:  # no metadata: every record of the topic fails alike
-                partitions_of[topic] = []
+        else:
+            by_topic.setdefault(topic, []).append(index)
+    by_partition: dict[tuple[str, int], list[int]] = {}
+    for topic, members in by_topic.items():
+        try:
+            partitions = sorted(await producer.partitions_for(topic))
+        except Exception as exc:  # no metadata: every record of the topic fails alike
+            for index in members:
                 errors[index] = exc
-        partitions = partitions_of[topic]
-        if not partitions:
-            errors[index] = errors[index] or UnknownTopicOrPartitionError(f"no partitions known for {topic}")
             continue
-        partition = _partitioner(key, partitions, partitions) if key is not None else random.choice(partitions)
-        by_partition.setdefault((topic, partition), []).append(index)
+        if not partitions:
+            for index in members:
+                errors[index] = UnknownTopicOrPartitionError(f"no partitions known for {topic}")
+            continue
+        for index, partition in zip(members, _partitions(sends, members, partitions), strict=True):
+            by_partition.setdefault((topic, partition), []).append(index)
     batches = [batch for (topic, partition), members in by_partition.items()
                for batch in await _hand_over(producer, sends, topic, partition, members, errors)]
     if batches:
@@ -103,4 +105,11 @@ async def _send(producer: AIOKafkaProducer, batch: object, topic: str, partition
             errors[index] = exc
         return []
     return [(ack, held)]
+
+
+def _partitions(sends: Sequence[Send], members: list[int], partitions: list[int]) -> list[int]:
+    """Where the default partitioner puts each record: by its key's murmur2, or anywhere without a key."""
+    keys = [key for _, _, key in (sends[index] for index in members) if key is not None]
+    keyed = iter(default_partitions(keys, partitions))
+    return [next(keyed) if sends[index][2] is not None else random.choice(partitions) for index in members]
 
