@@ -45,7 +45,7 @@ from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from models.backends.sim import PRESETS, SimDevice
 from models.registry import ModelRegistry
-from schemas.names import reply_stream, requests_topic
+from schemas.names import reply_stream, requests_topic, result_key
 from schemas.wire import ReplyTo
 
 MODEL = "minilm-embed"
@@ -56,9 +56,16 @@ PARTITIONS = 4
 # The seed's §2.2 table on one A10: (max batch, max queue delay ms, QPS it measured).
 SEED_ROWS = ((1, 0.0, 45.0), (32, 50.0, 580.0), (64, 100.0, 720.0))
 BACKLOG_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
-RESULT_TTL_S = 120
+RESULT_TTL_S = 30
 READY_TIMEOUT_S = 90.0
 POLL_S = 0.05
+UNLINK_CHUNK = 1_000
+
+
+@dataclass(frozen=True)
+class Backlog:
+    stream: str  # the waiter's reply stream
+    ids: list[str]
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,7 @@ class Bench:
         finally:
             await consumer.stop()
 
-    async def produce_backlog(self, count: int) -> str:
+    async def produce_backlog(self, count: int) -> Backlog:
         """`count` requests on the bench topic, replies to a fresh waiter's stream and the results topic."""
         waiter = f"bench-device-{time.time_ns()}"
         reply = ReplyTo(redis=waiter, topic=RESULTS_TOPIC)
@@ -140,21 +147,29 @@ class Bench:
         producer = self.client.producer
         futures = [await producer.send(requests_topic(BENCH_MODEL), r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
-        return reply_stream(waiter)
+        return Backlog(reply_stream(waiter), [request.id for request in requests])
 
-    async def drain(self, workers: Sequence[WorkerProcess], stream: str, count: int, preset: str,
+    async def forget(self, backlog: Backlog) -> None:
+        """Unlink a run's results and replies once its workers have stopped: tens of thousands of
+        results a run would otherwise fill the stack's Redis to maxmemory, and the next runs would
+        measure Redis evicting on every write."""
+        keys = [result_key(request_id) for request_id in backlog.ids]
+        for start in range(0, len(keys), UNLINK_CHUNK):
+            await self.client.redis.unlink(*keys[start:start + UNLINK_CHUNK])
+        await self.client.redis.unlink(backlog.stream)
+
+    async def drain(self, workers: Sequence[WorkerProcess], backlog: Backlog, count: int, preset: str,
                     max_batch: int) -> Row:
         """Replies counted between 10% and 90% of the backlog, and the workers' CPU over the same window."""
         low, high = math.ceil(count * 0.1), math.floor(count * 0.9)
         start: tuple[float, int, float] | None = None
         give_up = time.monotonic() + max(60.0, count / 20)
         while time.monotonic() < give_up:
-            done, now = int(await self.client.redis.xlen(stream)), time.monotonic()
+            done, now = int(await self.client.redis.xlen(backlog.stream)), time.monotonic()
             cpu = sum(process_cpu_s(worker.pid) for worker in workers)
             if start is None and done >= low:
                 start = (now, done, cpu)
             if start is not None and done >= high and done > start[1]:
-                await self.client.redis.delete(stream)
                 served = done - start[1]
                 mode = "drain" if len(workers) == 1 else f"drain, {len(workers)} workers"
                 return Row(preset, max_batch, mode, served / (now - start[0]), len(workers) * ceiling(preset, max_batch),
@@ -180,14 +195,17 @@ class Bench:
         """Backlog first, then the worker: it starts with the whole backlog waiting (the seed's saturation)."""
         count = min(max(int(ceiling(preset, max_batch) * self.sizes.drain_s), 100), self.sizes.max_backlog)
         await self.skip_leftovers()
-        stream = await self.produce_backlog(count)
+        backlog = await self.produce_backlog(count)
         log = self.logs / f"worker-{preset}-{max_batch}.log"
         with WorkerProcess(self.worker_env(preset, max_batch, delay_ms), log) as worker:
             await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
-            rows = [await self.drain([worker], stream, count, preset, max_batch)]
+            rows = [await self.drain([worker], backlog, count, preset, max_batch)]
             if loops:
                 rows.append(await self.closed(worker, preset, max_batch))
                 rows.append(await self.open(worker, preset, max_batch, rows[0].req_per_s / 2))
+        await self.forget(backlog)
+        # The loops' replies, read already: the waiter's stream keeps them up to its cap otherwise.
+        await self.client.redis.xtrim(self.client.waiter.stream, maxlen=0)
         print(format_table(HEADERS, [row.cells() for row in rows]), flush=True)
         return rows
 
@@ -203,8 +221,9 @@ class Bench:
             for worker in started:
                 await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
             await self.settled_group(workers)  # the backlog comes once every worker owns its partitions
-            stream = await self.produce_backlog(count)
-            row = await self.drain(started, stream, count, preset, max_batch)
+            backlog = await self.produce_backlog(count)
+            row = await self.drain(started, backlog, count, preset, max_batch)
+        await self.forget(backlog)
         print(format_table(HEADERS, [row.cells()]), flush=True)
         return row
 
