@@ -114,7 +114,11 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
                             failures=metrics.auth_failures, unavailable=metrics.unavailable,
                             retry_after_s=settings.retry_after_s)
     quotas = QuotaBook(settings.quota_of, metrics.quota_rejections, retry_after_s=settings.retry_after_s)
-    in_flight = InFlight(settings.max_in_flight, settings.retry_after_s, metrics.in_flight)
+    # One process reads its count when scraped; processes summed from files must write it as it changes.
+    in_flight = InFlight(settings.max_in_flight, settings.retry_after_s,
+                         metrics.in_flight if metrics.multiprocess else None)
+    if not metrics.multiprocess:
+        metrics.in_flight.set_function(lambda: in_flight.count)
     internal_errors = InternalErrors(metrics.internal_errors, settings.retry_after_s)
     model_requests = ModelRequests(settings, fleet, metrics)
 
@@ -158,13 +162,13 @@ def model_routes(model_requests: ModelRequests) -> APIRouter:
                  responses={**INPUT_ERRORS, 504: {"description": "deadline passed; body has the id"}})
     async def infer(model: str, body: Body) -> Any:
         reply = await model_requests.infer(model, body)
-        return SafeJSONResponse(reply.content, status_code=reply.status)
+        return Response(reply.body, status_code=reply.status, media_type="application/json")
 
     @routes.post(SUBMIT_ROUTE, status_code=202, response_model=Accepted, openapi_extra=BODY_DOC,
                  summary="Submit without waiting; poll /v1/results/{id}", responses=INPUT_ERRORS)
     async def submit(model: str, body: Body) -> Any:
         reply = await model_requests.submit(model, body)
-        return SafeJSONResponse(reply.content, status_code=reply.status)
+        return Response(reply.body, status_code=reply.status, media_type="application/json")
 
     return routes
 

@@ -61,6 +61,20 @@ class PipelineOutcome:
     missing: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A result and what only its caller saw of its way, in ms: from publishing to Kafka's
+    acknowledgement (produce_ms) and to the reply (end_to_end_ms); none for a result that was
+    read from Redis after its reply missed the deadline."""
+
+    result: Result
+    stages: dict[str, float]
+
+    def timings(self) -> dict[str, float]:
+        """The worker's stages and the caller's."""
+        return {**self.result.timings, **self.stages}
+
+
 @dataclass(frozen=True)
 class RequestOptions:
     version: str | None = None
@@ -190,28 +204,35 @@ class FleetClient:
                     options: RequestOptions | None = None) -> Result:
         """Send one request and await its result; InferenceTimeout names the id when the deadline
         passes, FleetUnavailable says Kafka or Redis did not answer, Overloaded that too many wait."""
+        exchange = await self.exchange(model, text, timeout=timeout, options=options)
+        if not exchange.stages:
+            return exchange.result
+        return exchange.result.model_copy(update={"timings": exchange.timings()})
+
+    async def exchange(self, model: str, text: str, *, timeout: float | None = None,
+                       options: RequestOptions | None = None) -> Exchange:
+        """`infer()`, with the caller's own stages beside the result instead of copied into it
+        (the gateway writes them straight into its answer)."""
         timeout = timeout or self.settings.default_timeout_s
-        request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(redis=self.waiter.waiter_id),
+        waiter = self.waiter
+        request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(redis=waiter.waiter_id),
                                      options=options)
-        reply = self.waiter.expect(request.id)
+        reply = waiter.expect(request.id)
         started = time.perf_counter()
         try:
             await self.publish(request)
             produced = time.perf_counter()
-            remaining = max(request.deadline_ms - now_ms(), 0) / 1000
-            async with asyncio.timeout(remaining):  # cancels `reply` on timeout: forgotten below anyway
-                result = await reply
+            result = await waiter.wait(reply, max(request.deadline_ms - now_ms(), 0) / 1000)
         except TimeoutError:
             late = await self.result(request.id)  # the reply may have raced the deadline
             if late is not None:
-                return late
+                return Exchange(late, {})
             raise InferenceTimeout(request.id, timeout) from None
         finally:
-            self.waiter.forget(request.id)
+            waiter.forget(request.id)
         answered = time.perf_counter()
-        # The worker's stages are in the result already; add what only the caller sees.
         stages = {"produce_ms": (produced - started) * 1000, "end_to_end_ms": (answered - started) * 1000}
-        return result.model_copy(update={"timings": {**result.timings, **stages}})
+        return Exchange(result, stages)
 
     async def submit(self, model: str, text: str, *, timeout: float | None = None,
                      results_topic: str | None = None, options: RequestOptions | None = None) -> str:

@@ -120,7 +120,7 @@ class FastRoutes:
             extra = tuple((name.lower().encode(), value.encode()) for name, value in (error.headers or {}).items())
             await self._send(send, outcome, error.status, safe_json(error.content), extra)
             return
-        await self._send(send, outcome, reply.status, safe_json(reply.content))
+        await self._send(send, outcome, reply.status, reply.body)
 
     @staticmethod
     async def _refuse(send: Send, outcome: _Outcome, refusal: Refusal) -> None:

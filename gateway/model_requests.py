@@ -17,6 +17,7 @@ from gateway.auth import Caller
 from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
 from gateway.metrics import GatewayMetrics
+from gateway.responses import result_json, safe_json
 from gateway.settings import GatewaySettings
 from schemas.wire import ReplyTo, Result, Status
 
@@ -26,10 +27,10 @@ SUBMIT_ROUTE = "/v1/models/{model}/requests"
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """A route's answer: status and JSON content."""
+    """A route's answer: status and JSON bytes."""
 
     status: int
-    content: dict[str, Any]
+    body: bytes
 
 
 def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms: float) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class ModelRequests:
         if caller.tenant is not None:
             if body.tenant not in (None, caller.tenant):
                 raise invalid((("tenant",), "differs from the tenant of your API key; leave it out"))
-            body = body.model_copy(update={"tenant": caller.tenant})
+            body.tenant = caller.tenant  # the body was read for this request alone
         return body
 
     async def infer(self, model: str, body: InferBody) -> Reply:
@@ -66,27 +67,27 @@ class ModelRequests:
         try:
             # With a rule to fall back on, stop waiting a little before the deadline to use it.
             wait = timeout * (1 - settings.rule_fallback_margin) if rule is not None else timeout
-            result = await self._fleet.infer(model, body.text, timeout=wait, options=self._options_of(body))
+            exchange = await self._fleet.exchange(model, body.text, timeout=wait, options=self._options_of(body))
         except InferenceTimeout as exc:
             if rule is not None and (await self._fleet.router.route(model, fresh=True)).workers_alive == 0:
                 self._metrics.rule_answers.labels(model=model).inc()
-                return Reply(200, rule_answer(exc.request_id, model, rule, (time.perf_counter() - started) * 1000))
-            return Reply(504, {"detail": str(exc), "id": exc.request_id})
+                answer = rule_answer(exc.request_id, model, rule, (time.perf_counter() - started) * 1000)
+                return Reply(200, safe_json(answer))
+            return Reply(504, safe_json({"detail": str(exc), "id": exc.request_id}))
         elapsed = time.perf_counter() - started
         metrics = self._metrics
         metrics.latency_of(model).observe(elapsed)
-        timings = result.timings
+        timings = exchange.timings()
         metrics.stage_of(model, "produce").observe(timings.get("produce_ms", 0.0) / 1000)
         metrics.stage_of(model, "end_to_end").observe(timings.get("end_to_end_ms", 0.0) / 1000)
-        answer = result.model_dump(mode="json")
-        answer["timings"]["gateway_ms"] = elapsed * 1000
-        return Reply(200, answer)
+        timings["gateway_ms"] = elapsed * 1000
+        return Reply(200, result_json(exchange.result, timings))
 
     async def submit(self, model: str, body: InferBody) -> Reply:
         request = self._fleet.build_request(model, body.text, timeout=self._timeout_of(body),
                                             reply=ReplyTo(topic=body.results_topic), options=self._options_of(body))
         await self._fleet.publish(request)
-        return Reply(202, {"id": request.id, "result_url": f"/v1/results/{request.id}"})
+        return Reply(202, safe_json({"id": request.id, "result_url": f"/v1/results/{request.id}"}))
 
     def _timeout_of(self, body: InferBody) -> float:
         return body.timeout_ms / 1000 if body.timeout_ms else self._settings.default_timeout_s

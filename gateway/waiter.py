@@ -46,6 +46,7 @@ class ReplyWaiter:
         self._last_id = "0-0"
         self._down_reason: str | None = STARTING
         self._down_since = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def pending(self) -> int:
@@ -61,6 +62,7 @@ class ReplyWaiter:
     def start(self) -> None:
         if self._reader is None:
             self._stopping = False
+            self._loop = asyncio.get_running_loop()
             self._reader = asyncio.create_task(self._read_forever(), name=f"reply-reader-{self.waiter_id}")
 
     async def stop(self) -> None:
@@ -85,7 +87,7 @@ class ReplyWaiter:
         FleetUnavailable while the reader cannot read (the reply could not be received),
         Overloaded when `max_pending` waits are pending already.
         """
-        if self._reader is None:
+        if self._reader is None or self._loop is None:
             raise RuntimeError("reply waiter is not started")
         if (reason := self.down_reason) not in (None, STARTING):  # a wait from the first moments is read later
             raise FleetUnavailable("redis", f"reply reader down: {reason}")
@@ -93,9 +95,23 @@ class ReplyWaiter:
         if future is None:
             if len(self._pending) >= self._max_pending:
                 raise Overloaded(self._max_pending)
-            future = asyncio.get_running_loop().create_future()
+            future = self._loop.create_future()
             self._pending[request_id] = future
         return future
+
+    async def wait(self, reply: "asyncio.Future[Result]", timeout_s: float) -> Result:
+        """The result of `reply` (from `expect`), or TimeoutError once `timeout_s` has passed;
+        `forget` the request id either way.
+
+        A timer on the future rather than asyncio.timeout: on Python 3.11 each asyncio.timeout
+        asks the kernel for the process id three times (the fork check of get_running_loop),
+        which on the gateway's hot path cost more than the rest of the wait."""
+        assert self._loop is not None, "a future from expect() means the waiter was started"
+        timer = self._loop.call_later(timeout_s, _time_out, reply)
+        try:
+            return await reply
+        finally:
+            timer.cancel()
 
     def forget(self, request_id: str) -> None:
         future = self._pending.pop(request_id, None)
@@ -158,3 +174,8 @@ class ReplyWaiter:
             future.set_result(Result.decode(fields.get(b"result", b"")))
         except Exception as exc:
             future.set_exception(exc)
+
+
+def _time_out(reply: "asyncio.Future[Result]") -> None:
+    if not reply.done():
+        reply.set_exception(TimeoutError())
