@@ -85,6 +85,7 @@ class Worker(KafkaMember):
         self._activity = ModelActivity()
         self._unavailable: str | None = None
         self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
+        self._triage_rules = settings.triage_rules  # one, so its verdicts on results topics are remembered
 
     @property
     def parts(self) -> WorkerParts:
@@ -289,7 +290,7 @@ class Worker(KafkaMember):
     async def _prepare_batch(self, batch: FetchedBatch) -> Prepared:
         models = self.models
         prepared = await off_the_loop(batch, sort_batch, batch, models.serving, dict(models.resident), self._who_for,
-                                      now_ms(), self.caches.digest, self.settings.triage_rules)
+                                      now_ms(), self.caches.digest, self._triage_rules)
         await self.caches.lookup(prepared)
         if prepared.needs_model:
             await off_the_loop(batch, encode_groups, prepared, reject_overlong=self._reject_overlong)

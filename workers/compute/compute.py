@@ -20,6 +20,10 @@ from workers.compute.triage import Ready
 from workers.delivery.sink import Outcome
 
 
+# The per-request stages a batch's metrics observe, and their keys in a result's timings.
+STAGE_KEYS = (("queue", "queue_ms"), ("topic", "topic_ms"), ("batch_wait", "batch_wait_ms"))
+
+
 @dataclass(frozen=True)
 class Fresh:
     """A result the model just computed: what the caches learn from."""
@@ -47,7 +51,7 @@ class Computed:
     unanswered: list[Ready] = field(default_factory=list)  # the device failed before computing these
     runs: list[BatchRun] = field(default_factory=list)
     fresh: list[Fresh] = field(default_factory=list)
-    stage_ms: dict[str, list[float]] = field(default_factory=lambda: {"queue": [], "topic": [], "batch_wait": []})
+    stage_ms: dict[str, list[float]] = field(default_factory=lambda: {stage: [] for stage, _ in STAGE_KEYS})
 
     @property
     def run(self) -> BatchRun | None:
@@ -91,8 +95,8 @@ def _answer_group(prepared: Prepared, group: VersionGroup, run: BatchRun, infere
             done.unanswered.append(item)
             continue
         timings = _timings(prepared, item, inference_ms, finished_ms)
-        for stage in done.stage_ms:
-            done.stage_ms[stage].append(timings[f"{stage}_ms"])
+        for stage, key in STAGE_KEYS:
+            done.stage_ms[stage].append(timings[key])
         result = _result(group, item, answer, len(group.ready), timings)
         answered[row] = result
         done.outcomes.append(Outcome.of(item, result))

@@ -17,6 +17,7 @@ from workers.delivery.sink import Outcome
 
 MAX_ORIGINAL_BYTES = 256 * 1024  # a dead letter must fit the producer's 1 MiB request with room to spare
 MAX_REASON_CHARS = 1000
+MAX_REMEMBERED_TOPICS = 1024  # verdicts on results topics; a flood of new names only clears them
 
 
 class KafkaRecord(Protocol):
@@ -50,6 +51,17 @@ class TriageRules:
 
     results_topics: re.Pattern[str] = re.compile(r"fleet\.results.*")
     max_input_chars: int = 4096
+    _verdicts: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def topic_problem(self, topic: str) -> str | None:
+        """results_topic_problem, remembered per topic: a pipeline names the same few topics all day."""
+        if topic in self._verdicts:
+            return self._verdicts[topic]
+        problem = results_topic_problem(topic, self.results_topics)
+        if len(self._verdicts) >= MAX_REMEMBERED_TOPICS:
+            self._verdicts.clear()
+        self._verdicts[topic] = problem
+        return problem
 
 
 def triage(records: list[KafkaRecord], who: Provenance, now_ms: int, resident: Collection[str] = (),
@@ -89,10 +101,10 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, p
     except WireError as exc:
         into.dead_letters.append(dead_letter(record, str(exc), exc.code, who.worker))
         return
-    timings = _early_timings(record, request, now_ms)
     source = (record.topic, record.partition, record.offset)
     topic = request.reply.topic
-    if topic is not None and (problem := results_topic_problem(topic, rules.results_topics)) is not None:
+    if topic is not None and (problem := rules.topic_problem(topic)) is not None:
+        timings = _early_timings(record, request, now_ms)
         # The caller's waiter (if any) still hears why; the topic it named never sees a byte.
         message = f"reply.topic {topic[:80]!r}: {problem}"
         into.dead_letters.append(dead_letter(record, message, "invalid_reply_topic", who.worker))
@@ -100,16 +112,19 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, p
         into.answered.append(Outcome(request, who.error(request.id, "invalid_reply_topic", message, timings=timings), source))
         return
     if request.deadline_ms <= now_ms:
+        timings = _early_timings(record, request, now_ms)
         into.expired += 1
         expired = who.result(request.id, Status.expired, timings=timings,
                              error=ErrorInfo(code="deadline_exceeded", message="deadline passed before compute"))
         into.answered.append(Outcome(request, expired, source))
         return
     if request.model != who.model:
+        timings = _early_timings(record, request, now_ms)
         message = f"request for model {request.model!r} reached a worker of {who.model!r}"
         into.answered.append(Outcome(request, who.error(request.id, "wrong_model", message, timings=timings), source))
         return
     if request.version is not None and request.version not in pinnable:
+        timings = _early_timings(record, request, now_ms)
         message = f"version {request.version[:80]!r} is not loaded here; loaded: {', '.join(sorted(pinnable))}"
         into.answered.append(Outcome(request, who.error(request.id, "version_unavailable", message, timings=timings), source))
         return
@@ -118,7 +133,8 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, p
     except WireError as exc:
         # Decodable but unusable: the caller gets an error result, the DLQ keeps the bytes.
         into.dead_letters.append(dead_letter(record, str(exc), exc.code, who.worker))
-        into.answered.append(Outcome(request, who.error(request.id, "invalid_input", str(exc), timings=timings), source))
+        into.answered.append(Outcome(request, who.error(request.id, "invalid_input", str(exc),
+                                                        timings=_early_timings(record, request, now_ms)), source))
         return
     # A text is cut by characters before the tokenizer sees it: 5 MB cost what the longest input costs.
     into.ready.append(Ready(record, request, text[:rules.max_input_chars]))
