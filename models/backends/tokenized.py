@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -91,13 +92,11 @@ class BatchTokenizer:
 
     def feeds(self, rows: Sequence[Sequence[int]]) -> dict[str, npt.NDArray[np.int64]]:
         """The model's input arrays for `rows`, padded to the longest of them."""
-        longest = max(len(row) for row in rows)
-        ids = np.full((len(rows), longest), self._pad_id, dtype=np.int64)
-        mask = np.zeros((len(rows), longest), dtype=np.int64)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        columns = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        lengths = np.fromiter(map(len, rows), dtype=np.intp, count=len(rows))
+        present = np.arange(int(lengths.max())) < lengths[:, None]  # row-major: the rows' tokens in order
+        ids = np.full(present.shape, self._pad_id, dtype=np.int64)
+        ids[present] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        columns = {"input_ids": ids, "attention_mask": present.astype(np.int64), "token_type_ids": np.zeros_like(ids)}
         return {name: columns[name] for name in self._input_names}
 
 
