@@ -4,9 +4,11 @@ One worker serves a bench-only model name on the simulated device (`h200-minilm`
 cache on; the gateway (`python -m gateway.main --workers N`, authentication on, quotas out of the
 way) takes a closed loop of keep-alive HTTP callers (fleet/bench/http_load.py) posting 64 texts
 that a warm-up pass put in the cache, so every reply is an exact hit and the gateway's own path
-(auth, validation, JSON, the produce, the reply waiter) is what is measured. Per row: req/s,
+(auth, validation, JSON, the produce, the reply waiter) is what is measured. Each process count
+runs twice: with the model routes on the gateway's fast path (its default), and through FastAPI
+(FLEET_FAST_ROUTES=false), the same answers by the framework's request path. Per row: req/s,
 latency, and CPU ms per request of the gateway's processes, the worker and the load generator
-(/proc counters over the window).
+(/proc counters over the window). The bench itself runs on uvloop, as the gateway does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fleet.bench.http_load import HttpSamples, closed_loop_http, post_bytes
 from fleet.bench.stats import percentile
 from fleet.bench.workload import support_queries
 from fleet.tables import format_table
+from gateway.main import run_loop
 from models.registry import ModelRegistry
 from schemas.names import requests_topic
 from schemas.wire import now_ms
@@ -48,6 +51,7 @@ HOST = "127.0.0.1"
 @dataclass(frozen=True)
 class Row:
     processes: int
+    path: str
     callers: int
     samples: HttpSamples
     gateway_cpu_s: float
@@ -57,13 +61,13 @@ class Row:
     def cells(self) -> list[str]:
         done = max(self.samples.completed, 1)
         failed = sum(count for status, count in self.samples.statuses.items() if status != 200)
-        return [str(self.processes), str(self.callers), f"{self.samples.completed / self.samples.window_s:,.0f}",
+        return [str(self.processes), self.path, str(self.callers), f"{self.samples.completed / self.samples.window_s:,.0f}",
                 f"{percentile(self.samples.latencies_ms, 50):.1f}", f"{percentile(self.samples.latencies_ms, 99):.1f}",
                 f"{self.gateway_cpu_s * 1000 / done:.3f}", f"{self.worker_cpu_s * 1000 / done:.3f}",
                 f"{self.load_cpu_s * 1000 / done:.3f}", str(failed)]
 
 
-HEADERS = ("gateway processes", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
+HEADERS = ("gateway processes", "model routes", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
            "load CPU ms/req", "non-200")
 
 
@@ -84,11 +88,15 @@ def family_cpu_s(pid: int) -> float:
     return sum(process_cpu_s(one) for one in pids)
 
 
+# How the gateway serves POST /v1/models/{model}/infer: its fast path, or FastAPI (FLEET_FAST_ROUTES=false).
+PATHS = {"fast path": "true", "FastAPI": "false"}
+
+
 class Gateway:
-    def __init__(self, processes: int, port: int, log_file: Path) -> None:
+    def __init__(self, processes: int, path: str, port: int, log_file: Path) -> None:
         env = {**os.environ, "FLEET_PORT": str(port), "FLEET_MODELS": f'["{BENCH_MODEL}"]',
                "FLEET_TENANT_RPS": "1000000", "FLEET_TENANT_BURST": "1000000", "FLEET_TENANT_MAX_WAITS": "100000",
-               "FLEET_MAX_IN_FLIGHT": "10000"}
+               "FLEET_MAX_IN_FLIGHT": "10000", "FLEET_FAST_ROUTES": PATHS[path]}
         self.log_file = log_file
         self._log = log_file.open("wb")
         self.popen = subprocess.Popen([sys.executable, "-m", "gateway.main", "--workers", str(processes)], env=env,
@@ -118,7 +126,7 @@ class Gateway:
 
 
 async def measure(gateway: Gateway, worker: WorkerProcess, port: int, requests: Sequence[bytes], processes: int,
-                  callers: int, seconds: float) -> Row:
+                  path: str, callers: int, seconds: float) -> Row:
     edges: list[tuple[float, float, float]] = []
 
     def mark() -> None:
@@ -127,7 +135,7 @@ async def measure(gateway: Gateway, worker: WorkerProcess, port: int, requests: 
     samples = await closed_loop_http(HOST, port, requests, callers=callers, warmup_s=1.0, duration_s=seconds,
                                      at_window_edges=mark)
     (g0, w0, l0), (g1, w1, l1) = edges
-    return Row(processes, callers, samples, g1 - g0, w1 - w0, l1 - l0)
+    return Row(processes, path, callers, samples, g1 - g0, w1 - w0, l1 - l0)
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -152,17 +160,19 @@ async def main_async(args: argparse.Namespace) -> int:
         with WorkerProcess(worker_env, logs / "worker.log") as worker:
             await asyncio.to_thread(worker.wait_ready, 90)
             for processes in args.workers:
-                port = free_port()
-                gateway = Gateway(processes, port, logs / f"gateway-{processes}.log")
-                try:
-                    await asyncio.to_thread(gateway.wait_ready)
-                    await closed_loop_http(HOST, port, requests, callers=8, warmup_s=0, duration_s=1.0)  # fill the cache
-                    for callers in args.callers:
-                        row = await measure(gateway, worker, port, requests, processes, callers, args.seconds)
-                        print(format_table(HEADERS, [row.cells()]), flush=True)
-                        rows.append(row)
-                finally:
-                    gateway.stop()
+                for path in args.paths:
+                    port = free_port()
+                    gateway = Gateway(processes, path, port, logs / f"gateway-{processes}-{PATHS[path]}.log")
+                    try:
+                        await asyncio.to_thread(gateway.wait_ready)
+                        # Fill the cache (and warm the gateway) before anything is measured.
+                        await closed_loop_http(HOST, port, requests, callers=8, warmup_s=0, duration_s=1.0)
+                        for callers in args.callers:
+                            row = await measure(gateway, worker, port, requests, processes, path, callers, args.seconds)
+                            print(format_table(HEADERS, [row.cells()]), flush=True)
+                            rows.append(row)
+                    finally:
+                        gateway.stop()
     finally:
         await revoke_key(redis, issued.record.key_id, now_ms=now_ms())
         await redis.aclose()
@@ -174,9 +184,11 @@ async def main_async(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench gateway", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="gateway process counts to run")
-    parser.add_argument("--callers", type=int, nargs="+", default=[64, 128], help="closed-loop callers")
+    parser.add_argument("--callers", type=int, nargs="+", default=[64, 128, 256], help="closed-loop callers")
+    parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=list(PATHS),
+                        help="how the model routes are served: the gateway's fast path, FastAPI, or both")
     parser.add_argument("--seconds", type=float, default=8.0, help="measured window of each row")
-    return asyncio.run(main_async(parser.parse_args(argv)))
+    return run_loop(main_async(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":
