@@ -23,12 +23,13 @@ from common.redis_cluster import AnyRedis
 from common.clients import new_consumer, new_producer, redis_client
 from common.credentials import verify_credentials
 from common.topics import ensure_topics, partitions_of
+from gateway.deadline import Deadline, RequestIds
 from gateway.errors import FleetUnavailable
 from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
 from gateway.routing import Router
 from schemas.names import result_key
-from schemas.wire import ReplyTo, Request, Result, new_request_id, now_ms
+from schemas.wire import ReplyTo, Request, Result, now_ms
 
 _DEFAULT_PARTITIONER = DefaultPartitioner()
 
@@ -95,6 +96,8 @@ class FleetClient:
         self._exit = AsyncExitStack()
         self._known_topics: set[str] = set()
         self._creations: dict[str, asyncio.Task[None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ids = RequestIds()
 
     async def start(self) -> None:
         """Open the clients not injected. Kafka must answer (the producer bootstraps); Redis need
@@ -102,6 +105,7 @@ class FleetClient:
         CredentialsRejected at once."""
         if self._waiter is not None:
             return
+        self._loop = asyncio.get_running_loop()
         try:
             await verify_credentials(self.settings)
             await self._open_clients()
@@ -164,7 +168,7 @@ class FleetClient:
         options = options or RequestOptions()
         submitted = now_ms()
         deadline = submitted + int((timeout or self.settings.default_timeout_s) * 1000)
-        return Request(id=new_request_id(), model=model, version=options.version, inputs={"text": text},
+        return Request(id=self._ids.new(), model=model, version=options.version, inputs={"text": text},
                        params=options.params, reply=reply, deadline_ms=deadline, priority=options.priority,
                        submitted_ms=submitted, debug=options.debug, tenant=options.tenant)
 
@@ -191,8 +195,9 @@ class FleetClient:
         the request's deadline. FleetUnavailable when Kafka did not acknowledge in time (the
         request may still reach Kafka later; its result is keyed by its id)."""
         left_s = max(request.deadline_ms - now_ms(), 0) / 1000
+        loop = self._loop or asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(left_s):
+            async with Deadline(loop, loop.time() + left_s):
                 topic = await self.topic_for(request.model)
                 await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
         except TimeoutError:
