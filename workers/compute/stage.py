@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from workers.compute.compute import Computed, compute, failed
 from workers.compute.prepare import Prepared
+from workers.ordered import in_order
 
 log = logging.getLogger(__name__)
 QUEUEING_DEVICES = frozenset({"cuda", "sim"})
@@ -70,24 +71,7 @@ class ComputeStage:
         self._computed = computed
 
     async def run(self, inbox: "asyncio.Queue[Prepared | None]", out: "asyncio.Queue[Computed | None]") -> None:
-        slots = asyncio.Semaphore(self._depth)
-        running: asyncio.Queue[asyncio.Task[Computed] | None] = asyncio.Queue()  # bounded by the slots
-        async with asyncio.TaskGroup() as batches:
-            batches.create_task(self._submit(inbox, running, slots, batches))
-            while (task := await running.get()) is not None:
-                done = await task
-                slots.release()
-                self._computed(done)
-                await out.put(done)
-        await out.put(None)
-
-    async def _submit(self, inbox: "asyncio.Queue[Prepared | None]",
-                      running: "asyncio.Queue[asyncio.Task[Computed] | None]", slots: asyncio.Semaphore,
-                      batches: asyncio.TaskGroup) -> None:
-        while (batch := await inbox.get()) is not None:
-            await slots.acquire()
-            running.put_nowait(batches.create_task(self._one(batch)))
-        running.put_nowait(None)
+        await in_order(inbox, out, self._one, self._depth, self._computed)
 
     async def _one(self, batch: Prepared) -> Computed:
         started = self._activity.started() if batch.needs_model else None
