@@ -45,12 +45,15 @@ from workers.health.supervisor import Supervisor, beat_failed
 from workers.membership import KafkaMember, group_consumer
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.tracing import DebugTracer
+from workers.ordered import in_order
 from workers.serving.model_set import ModelSet
 from workers.settings import OverlongInputs, Role, WorkerSettings
 
 log = logging.getLogger(__name__)
 # Computed batches that may wait for delivery: the model goes on while a delivery waits on its round trips.
 COMPUTED_DEPTH = 2
+# Deliveries under way at once: one batch's writes go out while the previous one's acknowledgements come back.
+DELIVERIES_IN_FLIGHT = 3
 
 
 class Worker(KafkaMember):
@@ -310,20 +313,23 @@ class Worker(KafkaMember):
 
     async def _deliver_stage(self, inbox: "asyncio.Queue[Computed | None]",
                              out: "asyncio.Queue[Delivered | None]") -> None:
-        while (batch := await inbox.get()) is not None:
-            started = time.perf_counter()
-            # Records of partitions a rebalance took away are the new owner's to answer.
-            owned = owned_partitions(self._require_consumer())
-            outcomes = [o for o in batch.outcomes if o.source is None or (o.source[0], o.source[1]) in owned]
-            letters = [d for d in batch.dead_letters if (d.topic, d.partition) in owned]
-            await self.parts.sink.deliver(outcomes, letters)
-            elapsed = time.perf_counter() - started
-            self.metrics.delivery.labels(**self._labels).observe(elapsed)
-            self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
-            if batch.unanswered:
-                await self._hand_over(batch)  # before the settler commits them: they are on the fallback topic
-            await out.put(Delivered(batch, outcomes))
-        await out.put(None)
+        """Deliveries overlap (DELIVERIES_IN_FLIGHT): a batch's writes go out while the previous
+        batch's acknowledgements are on their way; the settler gets them in batch order."""
+        await in_order(inbox, out, self._deliver, DELIVERIES_IN_FLIGHT)
+
+    async def _deliver(self, batch: Computed) -> Delivered:
+        started = time.perf_counter()
+        # Records of partitions a rebalance took away are the new owner's to answer.
+        owned = owned_partitions(self._require_consumer())
+        outcomes = [o for o in batch.outcomes if o.source is None or (o.source[0], o.source[1]) in owned]
+        letters = [d for d in batch.dead_letters if (d.topic, d.partition) in owned]
+        await self.parts.sink.deliver(outcomes, letters)
+        elapsed = time.perf_counter() - started
+        self.metrics.delivery.labels(**self._labels).observe(elapsed)
+        self.metrics.stage.labels(**self._labels, stage="delivery").observe(elapsed)
+        if batch.unanswered:
+            await self._hand_over(batch)  # before the settler commits them: they are on the fallback topic
+        return Delivered(batch, outcomes)
 
     async def _hand_over(self, batch: Computed) -> None:
         """The device failed before computing these: a primary forwards them to the CPU fallback

@@ -18,8 +18,10 @@ outage fails the batch's records with the outage, for the caller to wait out and
 """
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownTopicOrPartitionError
@@ -29,13 +31,41 @@ from workers.delivery.patience import is_outage
 
 Send = tuple[str, bytes, bytes | None]  # topic, value, key
 Errors = list[BaseException | None]
+Handed = list[tuple["asyncio.Future[object]", list[int]]]
 
 ALONE_BYTES = 256 * 1024  # a record this large is rare, and costs its send far less than its size
 
 
 async def produce_batched(producer: AIOKafkaProducer, sends: Sequence[Send],
-                          one_by_one: Callable[[list[Send]], Awaitable[Errors]]) -> Errors:
-    """Each send's error, or None once the broker acknowledged it; returns when every batch is settled."""
+                          one_by_one: Callable[[list[Send]], Awaitable[Errors]],
+                          turn: AbstractAsyncContextManager[None] | None = None) -> Errors:
+    """Each send's error, or None once the broker acknowledged it; returns when every batch is settled.
+    Records are handed to the producer inside `turn` (workers/delivery/turns.py), so overlapping
+    deliveries' records keep the order the deliveries began; acknowledgements are awaited outside it."""
+    async with turn or contextlib.nullcontext():
+        errors, alone, batches = await _hand_over_all(producer, sends)
+    if batches:
+        await asyncio.wait([ack for ack, _ in batches])
+    refused = alone
+    for ack, members in batches:
+        exc = asyncio.CancelledError("the producer dropped the batch") if ack.cancelled() else ack.exception()
+        if exc is None:
+            continue
+        if is_outage(exc):
+            for index in members:
+                errors[index] = exc
+        else:
+            refused += members
+    if refused:
+        refused.sort()
+        for index, exc in zip(refused, await one_by_one([sends[i] for i in refused]), strict=True):
+            errors[index] = exc
+    return errors
+
+
+async def _hand_over_all(producer: AIOKafkaProducer, sends: Sequence[Send]) -> tuple[Errors, list[int], Handed]:
+    """Every send that may go batched, handed to the producer: the errors so far, the sends to
+    send alone, and each batch's acknowledgement with the sends it holds."""
     errors: Errors = [None] * len(sends)
     alone: list[int] = []
     by_topic: dict[str, list[int]] = {}
@@ -60,23 +90,7 @@ async def produce_batched(producer: AIOKafkaProducer, sends: Sequence[Send],
             by_partition.setdefault((topic, partition), []).append(index)
     batches = [batch for (topic, partition), members in by_partition.items()
                for batch in await _hand_over(producer, sends, topic, partition, members, errors)]
-    if batches:
-        await asyncio.wait([ack for ack, _ in batches])
-    refused = alone
-    for ack, members in batches:
-        exc = asyncio.CancelledError("the producer dropped the batch") if ack.cancelled() else ack.exception()
-        if exc is None:
-            continue
-        if is_outage(exc):
-            for index in members:
-                errors[index] = exc
-        else:
-            refused += members
-    if refused:
-        refused.sort()
-        for index, exc in zip(refused, await one_by_one([sends[i] for i in refused]), strict=True):
-            errors[index] = exc
-    return errors
+    return errors, alone, batches
 
 
 async def _hand_over(producer: AIOKafkaProducer, sends: Sequence[Send], topic: str, partition: int,

@@ -25,6 +25,7 @@ from schemas.wire import DeadLetter, Request, Result, Status
 from workers.delivery.batched_produce import Send, produce_batched
 from workers.delivery.cluster_writes import ResultWrite, write_on_cluster
 from workers.delivery.replication import Replication
+from workers.delivery.turns import Turn, Turns
 from workers.delivery.dead_letters import DeadLetterPolicy
 from workers.delivery.patience import Patience, is_outage
 
@@ -116,10 +117,17 @@ class ResultSink:
         self._dead_letters = dead_letters or DeadLetterPolicy()
         self.replication = replication or Replication()
         self._deliver_script = redis.register_script(DELIVER_SCRIPT)
+        self._turns = Turns()
 
     async def deliver(self, outcomes: list[Outcome], dead_letters: list[DeadLetter]) -> None:
-        refused, *_ = await asyncio.gather(self._send_to_topics(outcomes), self._write_redis(outcomes),
-                                           self._send_dead_letters(dead_letters))
+        """Deliveries may overlap; their results-topic records go to the producer in the order the
+        deliveries began (workers/delivery/turns.py)."""
+        turn = self._turns.take()
+        try:
+            refused, *_ = await asyncio.gather(self._send_to_topics(outcomes, turn), self._write_redis(outcomes),
+                                               self._send_dead_letters(dead_letters))
+        finally:
+            turn.release()
         if refused:
             await self._send_dead_letters(refused)
 
@@ -164,12 +172,12 @@ class ResultSink:
         # A master that dies before its replica has the writes may have lost them: written again.
         await self._patience.until_done("redis", write_and_replicate)
 
-    async def _send_to_topics(self, outcomes: list[Outcome]) -> list[DeadLetter]:
+    async def _send_to_topics(self, outcomes: list[Outcome], turn: Turn) -> list[DeadLetter]:
         """Produce each result to its topic; the ones a topic refuses for good come back as dead letters."""
         bound = [(outcome, outcome.request.reply.topic) for outcome in outcomes
                  if outcome.request is not None and outcome.request.reply.topic]
         sends = [(topic, outcome.payload, outcome.result.id.encode()) for outcome, topic in bound]
-        refused = await self._produce(sends, results=True)
+        refused = await self._produce(sends, turn=turn)
         by_send = {id(send): outcome for send, (outcome, _) in zip(sends, bound, strict=True)}
         return [_undeliverable(by_send[id(send)], send[0], exc) for send, exc in refused]
 
@@ -185,7 +193,7 @@ class ResultSink:
         for _, exc in refused:
             raise RuntimeError(f"{topic} refused a forwarded request: {exc}") from exc
 
-    async def _produce(self, sends: list[Send], *, results: bool = False) -> list[tuple[Send, BaseException]]:
+    async def _produce(self, sends: list[Send], *, turn: Turn | None = None) -> list[tuple[Send, BaseException]]:
         """Produce every send; outages are waited out, and each send a topic refuses for good is
         returned with its error (the others are delivered regardless)."""
         refused: list[tuple[Send, BaseException]] = []
@@ -193,7 +201,7 @@ class ResultSink:
 
         async def attempt() -> None:
             nonlocal pending
-            errors = await self._send_all(pending, results)
+            errors = await self._send_all(pending, turn)
             failed = [(send, exc) for send, exc in zip(pending, errors, strict=True) if exc is not None]
             refused.extend((send, exc) for send, exc in failed if not is_outage(exc))
             pending = [send for send, exc in failed if is_outage(exc)]
@@ -204,11 +212,11 @@ class ResultSink:
             await self._patience.until_done("kafka", attempt)
         return refused
 
-    async def _send_all(self, sends: list[Send], results_topic: bool) -> list[BaseException | None]:
-        """Each send's error, or None once acknowledged. Results go as one record batch per partition
-        (workers/delivery/batched_produce.py); dead letters and forwards, rare and possibly large,
-        one by one."""
-        if not results_topic:
+    async def _send_all(self, sends: list[Send], turn: Turn | None) -> list[BaseException | None]:
+        """Each send's error, or None once acknowledged. Results (sent in a delivery's turn) go as one
+        record batch per partition (workers/delivery/batched_produce.py); dead letters and forwards,
+        rare and possibly large, one by one."""
+        if turn is None:
             return await self._send_each(sends)
         unready: dict[str, BaseException] = {}
         for topic in dict.fromkeys(topic for topic, _, _ in sends):
@@ -217,7 +225,7 @@ class ResultSink:
             except Exception as exc:  # that topic's sends fail with it; the others go ahead
                 unready[topic] = exc
         ready = [send for send in sends if send[0] not in unready]
-        sent = iter(await produce_batched(self._producer, ready, self._send_alone))
+        sent = iter(await produce_batched(self._producer, ready, self._send_alone, turn))
         return [unready[send[0]] if send[0] in unready else next(sent) for send in sends]
 
     async def _send_each(self, sends: list[Send]) -> list[BaseException | None]:

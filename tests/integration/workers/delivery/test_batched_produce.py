@@ -1,5 +1,6 @@
 """Results produced as record batches, against the stack's Kafka: placement, order, refusals."""
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 
@@ -11,8 +12,9 @@ from aiokafka.partitioner import DefaultPartitioner
 from common.clients import new_consumer, new_producer
 from common.settings import FleetSettings
 from common.topics import ensure_topics, partitions_of
-from workers.delivery.batched_produce import Send, produce_batched
+from workers.delivery.batched_produce import Errors, Send, produce_batched
 from workers.delivery.patience import is_permanent
+from workers.delivery.turns import Turn, Turns
 
 PARTITIONS = 4
 
@@ -104,3 +106,25 @@ async def test_a_topic_without_metadata_fails_as_an_outage_not_for_good(stack: F
     finally:
         await producer.stop()
     assert errors[0] is not None and not is_permanent(errors[0])
+
+
+async def test_overlapping_deliveries_keep_the_order_they_began_in(stack: FleetSettings,
+                                                                   worker_like_producer: AIOKafkaProducer) -> None:
+    """The later delivery asks to hand over first; its records still follow the earlier one's."""
+    topic = f"fleet.results.turns-{secrets.token_hex(4)}"
+    await ensure_topics(stack, [topic], 1)
+    turns = Turns()
+    earlier, later = turns.take(), turns.take()
+    first: list[Send] = [(topic, f"first-{i}".encode(), f"a-{i}".encode()) for i in range(50)]
+    second: list[Send] = [(topic, f"second-{i}".encode(), f"b-{i}".encode()) for i in range(50)]
+
+    async def deliver(sends: list[Send], turn: Turn, delay_s: float) -> Errors:
+        await asyncio.sleep(delay_s)
+        return await produce_batched(worker_like_producer, sends, lambda s: one_at_a_time(worker_like_producer, s),
+                                     turn)
+
+    errors = await asyncio.gather(deliver(second, later, 0.0), deliver(first, earlier, 0.05))
+
+    assert errors == [[None] * 50, [None] * 50]
+    values = [value for _, _, value in await read_all(stack, topic, 100)]
+    assert values == [value for _, value, _ in first + second]
