@@ -8,8 +8,9 @@ serves the model under a bench-only name (`minilm-embed-devbench`, the same regi
 symlinked into <home>/bench/models: its own topic and consumer group), exact cache off.
 
 For each max batch (1, 32, 64, 256) on the `h200-minilm` preset:
-- drain: a backlog is produced first (replies to a Redis waiter and a results topic), then the
-  worker starts and drains it; req/s is counted between 10% and 90% of the replies;
+- drain: a backlog is produced first (replies to a Redis waiter and a results topic, embeddings
+  as raw float32 bytes, `--embedding-encoding floats` for float arrays), then the worker starts
+  and drains it; req/s is counted between 10% and 90% of the replies;
 - closed loop: 2 x max batch callers (at least 16) through FleetClient; req/s, p50/p99;
 - open loop: Poisson arrivals at half the drained rate; p50/p99 from each scheduled send.
 Each row: the device-only ceiling (rows/s the sim device alone allows at full batches),
@@ -46,6 +47,7 @@ from gateway.settings import ClientSettings
 from models.backends.sim import PRESETS, SimDevice
 from models.registry import ModelRegistry
 from schemas.names import reply_stream, requests_topic, result_key
+from schemas.packing import F32LE, EmbeddingEncoding
 from schemas.wire import ReplyTo
 
 MODEL = "minilm-embed"
@@ -115,6 +117,7 @@ class Bench:
     texts: Sequence[str]
     sizes: Sizes
     logs: Path
+    embedding_encoding: EmbeddingEncoding | None = F32LE  # what the backlog's pipeline asks for
 
     def worker_env(self, preset: str, max_batch: int, delay_ms: float) -> dict[str, str]:
         return {"FLEET_MODEL": BENCH_MODEL, "FLEET_MODEL_DIR": str(self.registry_dir), "FLEET_BACKEND": "sim",
@@ -144,6 +147,9 @@ class Bench:
         cycle = TextCycle(self.texts)
         requests = [self.client.build_request(BENCH_MODEL, cycle.take(), timeout=BACKLOG_TIMEOUT_S, reply=reply)
                     for _ in range(count)]
+        if self.embedding_encoding is not None:
+            requests = [request.model_copy(update={"embedding_encoding": self.embedding_encoding})
+                        for request in requests]
         producer = self.client.producer
         futures = [await producer.send(requests_topic(BENCH_MODEL), r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
@@ -272,14 +278,16 @@ async def main_async(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     logs = settings.home / "bench" / f"device-{datetime.now():%Y%m%d-%H%M%S}"
     async with FleetClient(ClientSettings(default_timeout_s=60)) as client:
-        bench = Bench(settings, client, alias_registry.root, support_queries(2_000), sizes, logs)
+        encoding: EmbeddingEncoding | None = F32LE if args.embedding_encoding == "f32le" else None
+        bench = Bench(settings, client, alias_registry.root, support_queries(2_000), sizes, logs, encoding)
         rows: list[Row] = []
         for max_batch in args.max_batch:
             rows += await bench.run_config("h200-minilm", max_batch, 0.0, loops=not args.drain_only)
         scaled = [await bench.scaling("h200-minilm", args.scale_batch, count) for count in args.scale_workers]
         seed_rows = [row for max_batch, delay_ms, _ in SEED_ROWS
                      for row in await bench.run_config("a10-bert-base", max_batch, delay_ms, loops=False)]
-    print(f"\none worker, FLEET_BACKEND=sim, exact cache off; worker logs in {logs}\n")
+    print(f"\none worker, FLEET_BACKEND=sim, exact cache off, the drained backlog's embeddings as "
+          f"{args.embedding_encoding}; worker logs in {logs}\n")
     print(format_table(HEADERS, [row.cells() for row in rows]))
     if scaled:
         print(f"\nScaling on this machine: 1..{max(args.scale_workers)} workers, max batch {args.scale_batch}, "
@@ -298,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale-workers", type=int, nargs="*", default=[1, 2, 4], metavar="N",
                         help="worker counts draining one backlog together (none: skip the scaling rows)")
     parser.add_argument("--scale-batch", type=int, default=256, help="max batch of the scaling rows")
+    parser.add_argument("--embedding-encoding", choices=["f32le", "floats"], default="f32le",
+                        help="what the backlog's pipeline asks for: raw float32 bytes (default) or float arrays")
     return asyncio.run(main_async(parser.parse_args(argv)))
 
 
