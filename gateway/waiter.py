@@ -8,6 +8,10 @@ The reader never gives up: when Redis is away it reconnects forever with bounded
 reports itself down (`down_reason`, for /readyz) and refuses new waits meanwhile. Waits
 already pending keep waiting until their own deadline: their replies can still come once
 Redis is back, since the reader resumes after the last entry it read.
+
+Entries read are trimmed away every TRIM_EVERY replies: workers cap a reply stream at
+`FLEET_REPLY_STREAM_MAXLEN` entries (100,000), which for embeddings is about 200 MB of Redis per
+gateway process holding replies nobody will read again.
 """
 
 import asyncio
@@ -27,6 +31,7 @@ log = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 1000
 READ_COUNT = 1000
+TRIM_EVERY = 1000  # replies read between two trims of the stream (one XTRIM each time)
 STARTING = "starting"
 Entries = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
@@ -44,6 +49,7 @@ class ReplyWaiter:
         self._reader: asyncio.Task[None] | None = None
         self._stopping = False
         self._last_id = "0-0"
+        self._read_since_trim = 0
         self._down_reason: str | None = STARTING
         self._down_since = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,6 +131,10 @@ class ReplyWaiter:
                 while not self._stopping:
                     self._deliver(await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT,
                                                           block=READ_BLOCK_MS))
+                    if self._read_since_trim >= TRIM_EVERY:
+                        # Approximate: Redis drops whole nodes older than the last entry read, cheaply.
+                        await self._redis.xtrim(self.stream, minid=self._last_id, approximate=True)
+                        self._read_since_trim = 0
             except Exception as exc:  # whatever Redis did, the reader reconnects; cancellation ends it
                 if not self._stopping:
                     self._went_down(exc)
@@ -158,6 +168,7 @@ class ReplyWaiter:
 
     def _deliver(self, entries: Entries) -> None:
         for _stream, stream_entries in entries:
+            self._read_since_trim += len(stream_entries)
             for entry_id, fields in stream_entries:
                 self._last_id = entry_id
                 self._resolve(entry_id, fields)
