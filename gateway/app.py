@@ -186,7 +186,7 @@ def ops_routes(fleet: FleetClient, metrics: GatewayMetrics, *, auth_required: bo
         # Another tenant's result is answered exactly as a missing one: ids must not be probed.
         if found is None or (auth_required and found.tenant != caller.tenant):
             raise HTTPException(404, f"no result for {request_id} (not ready yet, expired, or unknown)")
-        return found.model_dump(mode="json")
+        return found.as_floats().model_dump(mode="json")  # a pipeline may have asked for f32le
 
     @routes.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:

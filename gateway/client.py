@@ -29,6 +29,7 @@ from gateway.settings import ClientSettings
 from gateway.waiter import ReplyWaiter
 from gateway.routing import Router
 from schemas.names import result_key
+from schemas.packing import EmbeddingEncoding
 from schemas.wire import ReplyTo, Request, Result, now_ms
 
 _DEFAULT_PARTITIONER = DefaultPartitioner()
@@ -83,6 +84,8 @@ class RequestOptions:
     priority: int = 0
     tenant: str | None = None
     debug: bool = False
+    # "f32le": the result's embedding as raw little-endian float32 bytes (Result.embedding() reads either)
+    embedding_encoding: EmbeddingEncoding | None = None
 
 
 class FleetClient:
@@ -170,7 +173,8 @@ class FleetClient:
         deadline = submitted + int((timeout or self.settings.default_timeout_s) * 1000)
         return Request(id=self._ids.new(), model=model, version=options.version, inputs={"text": text},
                        params=options.params, reply=reply, deadline_ms=deadline, priority=options.priority,
-                       submitted_ms=submitted, debug=options.debug, tenant=options.tenant)
+                       submitted_ms=submitted, debug=options.debug, tenant=options.tenant,
+                       embedding_encoding=options.embedding_encoding)
 
     async def topic_for(self, model: str) -> str:
         """The primary topic, or the CPU fallback topic while no healthy primary is left."""

@@ -50,6 +50,7 @@ def result_json(result: Result, timings: dict[str, float]) -> bytes:
     """The JSON of `result.model_dump(mode="json")` with these timings, written by orjson from the
     result's own fields: dumping first copied every float of an embedding once more. Results
     holding what orjson does not take (bytes, integers beyond 64 bits) are dumped first after all."""
+    result = result.as_floats()  # JSON carries an embedding as floats whatever encoding it came in
     fields = {**result.__dict__, "timings": timings}  # the fields in order: the status enum is a str
     if result.error is not None:
         fields["error"] = result.error.model_dump(mode="json")

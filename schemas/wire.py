@@ -194,6 +194,14 @@ class Result(_Wire):
         del fields["outputs"]
         return pack_with_outputs(fields, outputs)
 
+    def as_floats(self) -> "Result":
+        """This result with an `f32le` embedding as a list of floats, for JSON, which has no bytes."""
+        if self.embedding_encoding != F32LE:
+            return self
+        row = self.embedding()
+        outputs = {**(self.outputs or {}), "embedding": row.tolist() if row is not None else None}
+        return self.model_copy(update={"outputs": outputs, "embedding_encoding": None})
+
     def embedding(self) -> npt.NDArray[np.float32] | None:
         """outputs.embedding as a float32 row, whichever encoding carried it; None without one."""
         value = self.outputs.get("embedding") if self.outputs else None

@@ -2,13 +2,17 @@
 replies go to the tenant that asked, and one tenant's quota breach leaves the other untouched."""
 
 import asyncio
+import secrets
 
 import httpx
+import numpy as np
 import pytest
 from redis.asyncio import Redis
 
 from common.settings import FleetSettings
 from gateway.settings import GatewaySettings, TenantQuota
+from schemas.names import result_key
+from schemas.wire import Result, Status
 from tests.integration.conftest import MODEL
 from tests.integration.gateway.gateway_harness import echo_worker, in_process, issue_key
 
@@ -97,3 +101,17 @@ async def test_a_tenant_at_its_waits_gets_429_and_the_other_still_waits(stack: F
     assert other.status_code == 504, "tenant B waited its own deadline out, not refused"
     assert [r.status_code for r in answered] == [504, 504] and after.status_code == 504
     assert f'fleet_gateway_quota_rejections_total{{kind="waits",tenant="{TENANT_A}"}} 1.0' in metrics
+
+
+async def test_a_pipelines_f32le_result_reads_as_floats_over_http(stack: FleetSettings, keys: dict[str, str],
+                                                                   redis: Redis) -> None:
+    """A pipeline asked for raw float32 bytes; the gateway's JSON still carries a list of floats."""
+    row = np.linspace(-1, 1, 8, dtype=np.float32)
+    request_id = secrets.token_hex(16)
+    stored = Result(id=request_id, model=MODEL, status=Status.ok, outputs={"embedding": row}, tenant=TENANT_A)
+    await redis.set(result_key(request_id), stored.encode(embedding_encoding="f32le"), ex=60)
+    async with in_process(GatewaySettings(models=[MODEL]), key=keys[TENANT_A]) as http:
+        found = await http.get(f"/v1/results/{request_id}")
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert body["outputs"]["embedding"] == row.tolist() and body.get("embedding_encoding") is None

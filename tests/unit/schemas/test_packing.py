@@ -99,3 +99,11 @@ def test_a_trace_packs_a_row_as_floats() -> None:
 def test_inputs_beyond_plain_strings_are_still_walked_for_bounds(inputs: dict[str, object]) -> None:
     with pytest.raises(WireError, match="inputs"):
         Request.decode(msgpack.packb(request_map(inputs=inputs)))
+
+
+def test_as_floats_turns_f32le_back_into_the_float_list() -> None:
+    row = np.linspace(0, 1, 5, dtype=np.float32)
+    carried = Result.decode(embedding_result(row).encode(embedding_encoding="f32le"))
+    plain = carried.as_floats()
+    assert plain.embedding_encoding is None and plain.outputs == {"embedding": row.tolist()}
+    assert embedding_result(row).as_floats() is not None
