@@ -40,3 +40,11 @@ async def _submit(inbox: "asyncio.Queue[In | None]", running: "asyncio.Queue[asy
         await slots.acquire()
         running.put_nowait(tasks.create_task(work(item)))  # type: ignore[arg-type]
     running.put_nowait(None)
+
+
+async def flatten(inbox: "asyncio.Queue[list[Out] | None]", out: "asyncio.Queue[Out | None]") -> None:
+    """Each item of the lists arriving on `inbox` on to `out`, in order; None follows the last."""
+    while (items := await inbox.get()) is not None:
+        for item in items:
+            await out.put(item)
+    await out.put(None)

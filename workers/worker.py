@@ -2,9 +2,11 @@
 
 Life cycle as aiokafka's (workers/membership.py): `start()`, idempotent `stop()`, or
 `async with`. `run()` serves until `request_stop()` (SIGTERM) or, in burst mode, until the
-assigned partitions are drained. Four stages overlap, linked by bounded queues: collect +
-tokenise batch k+1, run batch k, deliver batch k-1, settle (commit, caches, traces, version
-stats) what was delivered before it (workers/delivery/settle.py). Delivery and commits happen
+assigned partitions are drained. Five stages overlap, linked by bounded queues: collect batch
+k+2, prepare (triage, caches, tokenise) k+1 and k+2 together, run k on the model, deliver the
+batches before it, settle (commit, caches, traces, version stats) what was delivered
+(workers/delivery/settle.py). The stages that work on several batches at once
+(workers/ordered.py) still pass them on in order. Delivery and commits happen
 in batch order, and a batch's offsets are committed only after its results are delivered. The
 parts the stages use are wired in workers/assembly.py.
 """
@@ -45,7 +47,7 @@ from workers.health.supervisor import Supervisor, beat_failed
 from workers.membership import KafkaMember, group_consumer
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.tracing import DebugTracer
-from workers.ordered import in_order
+from workers.ordered import flatten, in_order
 from workers.serving.model_set import ModelSet
 from workers.settings import OverlongInputs, Role, WorkerSettings
 
@@ -54,6 +56,9 @@ log = logging.getLogger(__name__)
 COMPUTED_DEPTH = 2
 # Deliveries under way at once: one batch's writes go out while the previous one's acknowledgements come back.
 DELIVERIES_IN_FLIGHT = 3
+# Batches prepared at once: one is triaged (Python, holding the GIL) while the previous one is
+# tokenised (Rust, not holding it); alone the prepare stage set the pace of a fast device.
+PREPARE_DEPTH = 2
 
 
 class Worker(KafkaMember):
@@ -238,14 +243,18 @@ class Worker(KafkaMember):
     async def _serve_session(self, consumer: AIOKafkaConsumer, burst: bool) -> bool:
         """One membership of the group; True when burst mode found the backlog drained."""
         self._health.set(1)
-        # One prepared batch at most: the batching policy sizes the next batch while the model is busy.
+        # One batch waits at each hand-over at most: the batching policy sizes the next batch while the model is busy.
+        fetched: asyncio.Queue[FetchedBatch | None] = asyncio.Queue(maxsize=1)
+        preparations: asyncio.Queue[list[Prepared] | None] = asyncio.Queue(maxsize=1)
         prepared: asyncio.Queue[Prepared | None] = asyncio.Queue(maxsize=1)
         computed: asyncio.Queue[Computed | None] = asyncio.Queue(maxsize=COMPUTED_DEPTH)
         delivered: asyncio.Queue[Delivered | None] = asyncio.Queue(maxsize=SETTLE_DEPTH)
         settler = Settler(self._require_consumer, self.caches, self.tracer, self.parts.stats, self._count)
         try:
             async with asyncio.TaskGroup() as stages:
-                collecting = stages.create_task(self._collect_stage(consumer, prepared, burst))
+                collecting = stages.create_task(self._collect_stage(consumer, fetched, burst))
+                stages.create_task(in_order(fetched, preparations, self._prepare, PREPARE_DEPTH))
+                stages.create_task(flatten(preparations, prepared))
                 depth = batches_in_flight(self.backend.device, self.settings.model_batches_in_flight)
                 stages.create_task(ComputeStage(self._activity, depth, self._computed).run(prepared, computed))
                 stages.create_task(self._deliver_stage(computed, delivered))
@@ -256,7 +265,7 @@ class Worker(KafkaMember):
             self._health.set(0)
         return collecting.result()
 
-    async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[Prepared | None]",
+    async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[FetchedBatch | None]",
                              burst: bool) -> bool:
         drained = False
         while not self._leaving():
@@ -264,8 +273,7 @@ class Worker(KafkaMember):
             self._observe_backlog()
             if batch.records:
                 self._activity.handed()
-                for prepared in await self._prepare(batch):
-                    await hand_on(consumer, out, prepared)
+                await hand_on(consumer, out, batch)
             elif burst and await backlog_drained(consumer):
                 drained = True
                 break

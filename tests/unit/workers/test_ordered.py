@@ -6,7 +6,7 @@ import random
 import pytest
 
 from workers.delivery.turns import Turns
-from workers.ordered import in_order
+from workers.ordered import flatten, in_order
 
 
 async def run_stage(items: list[int], depth: int, delays: dict[int, float]) -> tuple[list[int | None], int]:
@@ -84,3 +84,12 @@ async def test_a_released_turn_lets_the_next_go_without_being_used() -> None:
         pass
     async with unused:  # a retry may enter a released turn again
         pass
+
+
+async def test_flatten_passes_each_item_on_in_order() -> None:
+    inbox: asyncio.Queue[list[int] | None] = asyncio.Queue()
+    out: asyncio.Queue[int | None] = asyncio.Queue()
+    for items in ([1, 2], [], [3], None):
+        inbox.put_nowait(items)
+    await asyncio.wait_for(flatten(inbox, out), 5)
+    assert [out.get_nowait() for _ in range(out.qsize())] == [1, 2, 3, None]
