@@ -138,17 +138,31 @@ class Sample:
 
 
 async def latest_requests(settings: FleetSettings, topic: str, count: int) -> tuple[list[Request], int]:
-    """The `count` most recent decodable requests on `topic` by record time, and how many records were not."""
+    """The `count` most recent decodable requests on `topic` by record time, and how many records
+    among them were not decodable."""
     # The newest `count` overall are among the newest `count` of each partition.
-    timestamped: list[tuple[int, int, Request]] = []
-    undecodable = 0
+    timeline: list[tuple[int, int, Request | None]] = []
     for record in await newest_records(settings, topic, count):
         try:
-            timestamped.append((record.timestamp, record.offset, Request.decode(record.value or b"")))
+            timeline.append((record.timestamp, record.offset, Request.decode(record.value or b"")))
         except WireError:
-            undecodable += 1
-    timestamped.sort(key=lambda item: (item[0], item[1]))
-    return [request for _, _, request in timestamped[-count:]], undecodable
+            timeline.append((record.timestamp, record.offset, None))
+    return newest_decodable(timeline, count)
+
+
+def newest_decodable(timeline: list[tuple[int, int, Request | None]], count: int) -> tuple[list[Request], int]:
+    """From the newest record back, the first `count` requests (oldest first) and the undecodable
+    records (None) met on the way: older garbage, outside the sample, is none of its business."""
+    sample: list[Request] = []
+    skipped = 0
+    for _, _, request in sorted(timeline, key=lambda item: (item[0], item[1]), reverse=True):
+        if len(sample) == count:
+            break
+        if request is None:
+            skipped += 1
+        else:
+            sample.append(request)
+    return sample[::-1], skipped
 
 
 async def gather_sample(settings: ConsistencySettings, model: str, count: int) -> Sample:
