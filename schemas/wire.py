@@ -15,7 +15,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from schemas.bounds import JsonBounds, bound_problems, plain_strings
-from schemas.packing import F32LE, EmbeddingEncoding, f32le, holds_rows, pack_with_outputs
+from schemas.packing import F32LE, EmbeddingEncoding, f32le, holds_rows, pack_with_outputs, packb
 
 SCHEMA_VERSION = 1
 
@@ -184,13 +184,13 @@ class Result(_Wire):
             fields["error"] = self.error.model_dump(mode="python", exclude_none=True)
         outputs = fields.get("outputs")
         if outputs is None:
-            return msgpack.packb(fields, use_bin_type=True, use_single_float=True)
+            return packb(fields)
         embedding = outputs.get("embedding")
         if embedding_encoding == F32LE and isinstance(embedding, (np.ndarray, list)):
             fields["embedding_encoding"] = embedding_encoding
             outputs = {**outputs, "embedding": f32le(embedding)}
         elif not holds_rows(outputs):
-            return msgpack.packb(fields, use_bin_type=True, use_single_float=True)
+            return packb(fields)
         del fields["outputs"]
         return pack_with_outputs(fields, outputs)
 

@@ -21,7 +21,8 @@ import msgpack
 
 from common.redis_cluster import REDIS_DOWN, AnyRedis, mget_all, set_all
 from schemas.names import cache_generation_key, exact_cache_pattern
-from schemas.packing import pack_outputs as pack_outputs_map
+# Entries hold a result's outputs packed as Result.encode sends them (numpy rows too).
+from schemas.packing import pack_outputs
 from workers.cache.keys import local_key, redis_key
 from workers.cache.metrics import CacheMetrics
 
@@ -43,11 +44,6 @@ for i = 1, #KEYS do
 end
 return #KEYS
 """
-
-
-def pack_outputs(outputs: dict[str, Any]) -> bytes:
-    """A result's outputs as cached: msgpack with single floats, as Result.encode sends them (numpy rows too)."""
-    return pack_outputs_map(outputs)
 
 
 def unpack_outputs(raw: bytes) -> dict[str, Any]:

@@ -94,9 +94,9 @@ async def _hand_over_all(producer: AIOKafkaProducer, sends: Sequence[Send]) -> t
 
 
 async def _hand_over(producer: AIOKafkaProducer, sends: Sequence[Send], topic: str, partition: int,
-                     members: list[int], errors: Errors) -> list[tuple["asyncio.Future[object]", list[int]]]:
+                     members: list[int], errors: Errors) -> Handed:
     """The records of one partition as batches handed to the producer, each with the sends it holds."""
-    handed: list[tuple[asyncio.Future[object], list[int]]] = []
+    handed: Handed = []
     batch, held = producer.create_batch(), []
     for index in members:
         _, value, key = sends[index]
@@ -111,7 +111,7 @@ async def _hand_over(producer: AIOKafkaProducer, sends: Sequence[Send], topic: s
 
 
 async def _send(producer: AIOKafkaProducer, batch: object, topic: str, partition: int, held: list[int],
-                errors: Errors) -> list[tuple["asyncio.Future[object]", list[int]]]:
+                errors: Errors) -> Handed:
     try:
         ack: asyncio.Future[object] = await producer.send_batch(batch, topic, partition=partition)  # type: ignore[arg-type]
     except Exception as exc:  # the producer would not take it (closed, timed out waiting for room)
@@ -126,4 +126,3 @@ def _partitions(sends: Sequence[Send], members: list[int], partitions: list[int]
     keys = [key for _, _, key in (sends[index] for index in members) if key is not None]
     keyed = iter(default_partitions(keys, partitions))
     return [next(keyed) if sends[index][2] is not None else random.choice(partitions) for index in members]
-
