@@ -32,7 +32,7 @@ def test_outputs_are_spliced_after_any_number_of_fields(fields: int) -> None:
 
 def embedding_result(row: np.ndarray) -> Result:
     return Result(id="a" * 32, model="m", version="m-1", status=Status.ok, outputs={"embedding": row},
-                  device="sim", batch_size=3, timings={"queue_ms": 1.5}, worker="w")
+                  device="sim", batch_size=3, timings={"queue_ms": 1.5}, worker="w", finished_ms=1_796_000_000_000)
 
 
 def test_a_result_holding_a_row_decodes_as_one_holding_its_list() -> None:
