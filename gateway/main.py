@@ -8,7 +8,6 @@ exits non-zero with one clear line. Once serving, SIGTERM ends the process withi
 
 import argparse
 import asyncio
-import gc
 import logging
 import socket
 import sys
@@ -21,6 +20,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, retry_if_not_except
 
 from common.auth_keys import KeysFileError
 from common.credentials import CredentialsRejected
+from common.heap import settle_heap
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog
 from gateway.app import create_app, gateway_client
@@ -33,7 +33,6 @@ log = logging.getLogger("gateway")
 EXIT_CANNOT_BIND = ExitCode.CANNOT_BIND
 EXIT_DEPENDENCIES = ExitCode.DEPENDENCIES
 EXIT_BAD_KEYS_FILE = 5
-GC_YOUNG_THRESHOLD = 20_000
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -73,20 +72,6 @@ async def _start(client: FleetClient) -> None:
     except BaseException:
         await client.stop()
         raise
-
-
-def settle_heap() -> None:
-    """Keep the garbage collector off the request path's back.
-
-    What start-up built (FastAPI, pydantic, aiokafka, redis: a few hundred thousand objects)
-    lives as long as the process, so it is frozen out of every collection; and the youngest
-    generation is collected after GC_YOUNG_THRESHOLD new objects instead of 700. A request
-    allocates a few hundred short-lived objects: with the default, a collection ran every few
-    requests and walked everything still in flight, 5% of the gateway's CPU."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 class GracefulServer(uvicorn.Server):

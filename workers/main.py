@@ -5,6 +5,7 @@ import asyncio
 import logging
 
 from common.credentials import CredentialsRejected
+from common.heap import settle_heap
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog, wait_for_dependencies
 from workers.health.endpoints import health_endpoints
@@ -34,6 +35,7 @@ async def serve(settings: WorkerSettings, *, burst: bool) -> int:
             print(f"worker {worker.worker_id} failed at start: {worker.unavailable}", flush=True)
             return await probes.watch(worker.run())
         print(f"worker {worker.worker_id} ready: model {settings.model} version {worker.backend.manifest.id}", flush=True)
+        settle_heap()
         if settings.role is not Role.fallback or burst:
             return await probes.watch(worker.run(burst=burst))
         takeover = asyncio.create_task(PrimaryTakeover(worker, grace_s=settings.takeover_after_s).watch())
