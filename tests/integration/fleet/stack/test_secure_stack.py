@@ -38,8 +38,11 @@ START_REFUSAL_S = 15.0  # a refused password ends the process this fast (the mod
 
 
 def _free_ports() -> dict[str, str]:
+    """Ports below Linux's ephemeral range (32768-60999): a port in it that no server listens on may
+    still be the local end of some client's connection, and Kafka's bind then fails (CI lost the
+    whole module to 33092 once). Away from the cluster tests' ports (stack_cli.free_ports)."""
     for shift in range(0, 2000, 100):
-        kafka, redis = Endpoint("127.0.0.1", 33092 + shift), Endpoint("127.0.0.1", 33379 + shift)
+        kafka, redis = Endpoint("127.0.0.1", 24092 + shift), Endpoint("127.0.0.1", 24379 + shift)
         plan = topology.plan(kafka, kafka.port + 1, redis, secure=True)
         if not any(port_open("127.0.0.1", port, 0.2) for port in plan.ports()):
             return {"FLEET_KAFKA_BOOTSTRAP": str(kafka), "FLEET_KAFKA_CONTROLLER_PORT": str(kafka.port + 1),
