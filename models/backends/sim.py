@@ -6,10 +6,10 @@ next to a device much faster than this machine's CPU, e.g. a GPU, without one. T
 refuses it in production (see `WorkerSettings`).
 
 A batch takes `a + b * rows + c * padded_tokens` milliseconds, spent in `time.sleep` in the
-calling thread (the worker's device thread), which holds no CPU and releases the GIL; one lock
-makes the device run one batch at a time, as a GPU's stream does. The registered version's
-tokenizer and length grouping run for real (`TokenizedBackend`), so tokenising costs what it
-costs. Each row is float32, deterministic per token ids (a table row picked by a hash of them): an
+calling thread (the worker's device thread), which holds no CPU and releases the GIL. The device
+runs one batch at a time, back to back, as a GPU's stream does (`DeviceTimeline`). The registered
+version's tokenizer and length grouping run for real (`TokenizedBackend`), so tokenising costs what
+it costs. Each row is float32, deterministic per token ids (a table row picked by a hash of them): an
 embedding manifest gets unit-norm rows of its width, a classification manifest one probability
 row (summing to 1) per text over its labels.
 
@@ -83,6 +83,25 @@ def sim_device(preset: str | None, a_ms: float | None = None, b_ms: float | None
                      c_ms=base.c_ms if c_ms is None else c_ms)
 
 
+class DeviceTimeline:
+    """When each batch handed to a device that runs one at a time, back to back, is done.
+
+    The device starts a batch when the one before it ends, not when that batch's thread next
+    gets the GIL. A lock held across the sleep made the device idle between batches for as long
+    as the finished batch's thread waited for the GIL (up to a switch interval, 5 ms, behind a
+    busy event loop), which a GPU working through its queue never does."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    def queue(self, seconds: float, now: float) -> float:
+        """The time at which a batch of `seconds`, handed over at `now`, is done."""
+        with self._lock:
+            self._free_at = max(now, self._free_at) + seconds
+            return self._free_at
+
+
 class SimBackend(TokenizedBackend):
     """A registered version's tokenizer in front of a simulated device (see the module's docstring)."""
 
@@ -90,7 +109,7 @@ class SimBackend(TokenizedBackend):
                  length_bucket_size: int = 16) -> None:
         super().__init__(manifest, tokenizer, DEVICE, length_bucket_size=length_bucket_size)
         self.sim = device
-        self._device_lock = threading.Lock()
+        self._timeline = DeviceTimeline()
         self._width = len(manifest.labels) if manifest.task == "classification" else manifest.embedding_dim
         self._table = self._output_table()
 
@@ -110,10 +129,9 @@ class SimBackend(TokenizedBackend):
         return out
 
     def _occupy_device(self, seconds: float) -> None:
-        with self._device_lock:
-            deadline = time.perf_counter() + seconds
-            while (left := deadline - time.perf_counter()) > 0:
-                time.sleep(left)
+        done_at = self._timeline.queue(seconds, time.perf_counter())
+        while (left := done_at - time.perf_counter()) > 0:
+            time.sleep(left)
 
     def _rows(self, chunk: Chunk) -> npt.NDArray[np.float32]:
         """Rows picked from a fixed table by a hash of each input's token ids: the same text gets the

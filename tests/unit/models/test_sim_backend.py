@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from models.backends.sim import PRESETS, SimBackend, SimDevice, sim_device
+from models.backends.sim import PRESETS, DeviceTimeline, SimBackend, SimDevice, sim_device
 from models.build.faq import FAQ_MODEL_NAME
 from models.loading import ModelLoader
 from models.registry import ModelNotFound, ModelRegistry
@@ -78,6 +79,28 @@ def test_a_batch_takes_a_plus_b_times_rows(registry: ModelRegistry) -> None:
     cpu_ms = (time.process_time() - cpu_started) * 1000
     assert 80 <= elapsed_ms < 80 * 1.5 + 20
     assert cpu_ms < 40  # the device's time is a sleep, not the CPU's
+
+
+def test_the_device_runs_batches_back_to_back_from_when_they_are_handed_over() -> None:
+    timeline = DeviceTimeline()
+    assert timeline.queue(0.005, now=100.0) == pytest.approx(100.005)
+    # Handed over while the first runs: starts when the first ends, whenever its thread wakes.
+    assert timeline.queue(0.005, now=100.001) == pytest.approx(100.010)
+    assert timeline.queue(0.002, now=100.020) == pytest.approx(100.022)  # idle device: starts at once
+
+
+@pytest.mark.models
+def test_two_threads_share_one_device_one_batch_at_a_time(registry: ModelRegistry) -> None:
+    resolve_or_skip(registry, "fp32")
+    backend = ModelLoader(sim_settings(registry, sim_a_ms=40).runtime()).load()
+    encoded = backend.encode(TEXTS)
+    started = time.perf_counter()
+    threads = [threading.Thread(target=backend.run, args=(encoded,)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (time.perf_counter() - started) * 1000 >= 80
 
 
 def test_the_simulated_device_is_refused_in_production() -> None:
