@@ -20,6 +20,7 @@ from schemas.packing import F32LE, EmbeddingEncoding, f32le, holds_rows, pack_wi
 SCHEMA_VERSION = 1
 
 PARAMS_MAX_DEPTH = 8
+PARAMS_BOUNDS = JsonBounds(max_depth=PARAMS_MAX_DEPTH)
 
 RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
@@ -112,13 +113,12 @@ class Request(_Wire):
     @classmethod
     def decode(cls, raw: bytes) -> Self:
         data = unpack_map(raw)
-        bounds = JsonBounds(max_depth=PARAMS_MAX_DEPTH)
         # msgpack's strings are valid UTF-8 already: a map of strings (the usual text request) keeps the bounds.
-        problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
-                    if not plain_strings(data.get(field, {}))
-                    for path, problem in bound_problems(data.get(field, {}), bounds, limit=3)]
-        if problems:
-            raise WireError("invalid fields: " + "; ".join(problems))
+        if not (plain_strings(data.get("inputs", {})) and plain_strings(data.get("params", {}))):
+            problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
+                        for path, problem in bound_problems(data.get(field, {}), PARAMS_BOUNDS, limit=3)]
+            if problems:
+                raise WireError("invalid fields: " + "; ".join(problems))
         try:
             return cls.model_validate(data, strict=True)
         except ValidationError as exc:
