@@ -2,8 +2,8 @@
 
 Life cycle as aiokafka's (workers/membership.py): `start()`, idempotent `stop()`, or
 `async with`. `run()` serves until `request_stop()` (SIGTERM) or, in burst mode, until the
-assigned partitions are drained. Five stages overlap, linked by bounded queues: collect batch
-k+2, prepare (triage, caches, tokenise) k+1 and k+2 together, run k on the model, deliver the
+assigned partitions are drained. Five stages overlap, linked by bounded queues: collect the next
+batch, prepare (triage, caches, tokenise) up to four together, run k on the model, deliver the
 batches before it, settle (commit, caches, traces, version stats) what was delivered
 (workers/delivery/settle.py). The stages that work on several batches at once
 (workers/ordered.py) still pass them on in order. Delivery and commits happen
@@ -12,6 +12,7 @@ parts the stages use are wired in workers/assembly.py.
 """
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import os
 import socket
@@ -39,6 +40,7 @@ from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_batch, unreadable
 from workers.compute.provenance import Provenance
 from workers.compute.stage import ComputeStage, ModelActivity, batches_in_flight
+from workers.compute.threads import stage_threads
 from workers.delivery.offsets import backlog_drained, hand_on, owned_partitions
 from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
 from workers.delivery.sink import Outcome
@@ -56,9 +58,11 @@ log = logging.getLogger(__name__)
 COMPUTED_DEPTH = 2
 # Deliveries under way at once: one batch's writes go out while the previous one's acknowledgements come back.
 DELIVERIES_IN_FLIGHT = 3
-# Batches prepared at once: one is triaged (Python, holding the GIL) while the previous one is
-# tokenised (Rust, not holding it); alone the prepare stage set the pace of a fast device.
-PREPARE_DEPTH = 2
+# Batches prepared at once. A batch spends most of its preparation waiting for the GIL, not working:
+# each of its two thread hops and each return from the tokenizer's Rust waits for a busy event
+# loop to let go (measured at max batch 64: 0.8 ms triage and ~1.5 ms of tokenising took 15-19 ms).
+# With two at once the prepare stage set the pace of a fast device; four keep it ahead.
+PREPARE_DEPTH = 4
 
 
 class Worker(KafkaMember):
@@ -86,6 +90,7 @@ class Worker(KafkaMember):
         self._backend = backend
         self._load_version = load_version
         self._parts: WorkerParts | None = None
+        self._stage_threads: ThreadPoolExecutor | None = None  # a session's prepare and compute threads
         self._who_by_version: dict[str, Provenance] = {}
         self._redis = redis
         self._producer = producer
@@ -250,19 +255,23 @@ class Worker(KafkaMember):
         computed: asyncio.Queue[Computed | None] = asyncio.Queue(maxsize=COMPUTED_DEPTH)
         delivered: asyncio.Queue[Delivered | None] = asyncio.Queue(maxsize=SETTLE_DEPTH)
         settler = Settler(self._require_consumer, self.caches, self.tracer, self.parts.stats, self._count)
+        depth = batches_in_flight(self.backend.device, self.settings.model_batches_in_flight)
+        self._stage_threads = stage_threads(PREPARE_DEPTH, depth)
         try:
             async with asyncio.TaskGroup() as stages:
                 collecting = stages.create_task(self._collect_stage(consumer, fetched, burst))
                 stages.create_task(in_order(fetched, preparations, self._prepare, PREPARE_DEPTH))
                 stages.create_task(flatten(preparations, prepared))
-                depth = batches_in_flight(self.backend.device, self.settings.model_batches_in_flight)
-                stages.create_task(ComputeStage(self._activity, depth, self._computed).run(prepared, computed))
+                compute_stage = ComputeStage(self._activity, depth, self._computed, self._stage_threads)
+                stages.create_task(compute_stage.run(prepared, computed))
                 stages.create_task(self._deliver_stage(computed, delivered))
                 stages.create_task(settler.run(delivered))
         except BaseExceptionGroup as group:
             raise group.exceptions[0] from group  # the first stage failure is the cause; pass it on as is
         finally:
             self._health.set(0)
+            # Not waited for: a thread stuck in a hung device must not hold up leaving the group.
+            self._stage_threads.shutdown(wait=False, cancel_futures=True)
         return collecting.result()
 
     async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[FetchedBatch | None]",
@@ -300,11 +309,12 @@ class Worker(KafkaMember):
 
     async def _prepare_batch(self, batch: FetchedBatch) -> Prepared:
         models = self.models
-        prepared = await off_the_loop(batch, sort_batch, batch, models.serving, dict(models.resident), self._who_for,
-                                      now_ms(), self.caches.digest, self._triage_rules)
+        threads = self._stage_threads
+        prepared = await off_the_loop(threads, batch, sort_batch, batch, models.serving, dict(models.resident),
+                                      self._who_for, now_ms(), self.caches.digest, self._triage_rules)
         await self.caches.lookup(prepared)
         if prepared.needs_model:
-            await off_the_loop(batch, encode_groups, prepared, reject_overlong=self._reject_overlong)
+            await off_the_loop(threads, batch, encode_groups, prepared, reject_overlong=self._reject_overlong)
         return prepared
 
     def _computed(self, computed: Computed) -> None:

@@ -8,10 +8,10 @@ never share a model call with stable's. Tokenizers and ONNX Runtime release the 
 k+1 is tokenised while batch k runs and batch k-1 is delivered.
 """
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,6 +22,7 @@ from aiokafka import ConsumerRecord
 from models.backends.base import Backend, Encoded
 from workers.batching.collector import FetchedBatch
 from workers.compute.provenance import Provenance
+from workers.compute.threads import in_thread
 from workers.compute.triage import Ready, Triage, TriageRules, dead_letter, triage
 from workers.delivery.sink import Outcome
 from workers.serving.model_set import Serving
@@ -60,11 +61,13 @@ class Prepared:
         return any(group.ready for group in self.groups)
 
 
-async def off_the_loop(batch: FetchedBatch, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`work(*args, **kwargs)` in a worker thread, or right here when the batch is small."""
+async def off_the_loop(threads: Executor | None, batch: FetchedBatch, work: Callable[..., T], *args: Any,
+                       **kwargs: Any) -> T:
+    """`work(*args, **kwargs)` in one of `threads` (workers/compute/threads.py), or right here when
+    the batch is small."""
     if sum(len(record.value or b"") for record in batch.records) <= INLINE_BATCH_BYTES:
         return work(*args, **kwargs)
-    return await asyncio.to_thread(work, *args, **kwargs)
+    return await in_thread(threads, work, *args, **kwargs)
 
 
 def timings_of(prepared: Prepared, item: Ready, finished_ms: float, **stages: float) -> dict[str, float]:

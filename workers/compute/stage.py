@@ -13,9 +13,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Executor
 
 from workers.compute.compute import Computed, compute, failed
 from workers.compute.prepare import Prepared
+from workers.compute.threads import in_thread
 from workers.ordered import in_order
 
 log = logging.getLogger(__name__)
@@ -62,13 +64,16 @@ class ModelActivity:
 
 
 class ComputeStage:
-    def __init__(self, activity: ModelActivity, depth: int, computed: Callable[[Computed], None]) -> None:
-        """`depth` batches run at once at most; `computed` sees each batch once it is done, in order."""
+    def __init__(self, activity: ModelActivity, depth: int, computed: Callable[[Computed], None],
+                 threads: Executor | None = None) -> None:
+        """`depth` batches run at once at most, in `threads` (default: the loop's pool); `computed`
+        sees each batch once it is done, in order."""
         if depth < 1:
             raise ValueError(f"batches in flight must be at least 1, got {depth}")
         self._activity = activity
         self._depth = depth
         self._computed = computed
+        self._threads = threads
 
     async def run(self, inbox: "asyncio.Queue[Prepared | None]", out: "asyncio.Queue[Computed | None]") -> None:
         await in_order(inbox, out, self._one, self._depth, self._computed)
@@ -77,7 +82,7 @@ class ComputeStage:
         started = self._activity.started() if batch.needs_model else None
         try:
             # A batch the caches answered whole skips the thread hop: nothing to compute.
-            return await asyncio.to_thread(compute, batch) if batch.needs_model else compute(batch)
+            return await in_thread(self._threads, compute, batch) if batch.needs_model else compute(batch)
         except Exception as exc:  # run_batch isolates rows; this is the net under a bug, not the plan
             log.exception("computing a batch of %d failed; its requests are answered with an error",
                           len(batch.records))
