@@ -63,8 +63,11 @@ class BatchCollector:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._model_free.wait(), MAX_BUSY_WAIT_S)
                 wait_ms = 0
-            fetched = await self._consumer.getmany(timeout_ms=wait_ms,
-                                                   max_records=self._policy.max_batch_size - len(batch))
+            # Read after the wait: an out-of-memory back-off may have cut the cap below what is in hand.
+            room = self._policy.max_batch_size - len(batch)
+            if room <= 0:
+                return fetched_batch
+            fetched = await self._consumer.getmany(timeout_ms=wait_ms, max_records=room)
             records = [record for part in fetched.values() for record in part]
             if not records and not batch:
                 return fetched_batch

@@ -1,0 +1,57 @@
+"""The collector against a consumer that answers like aiokafka's: what it hands over, and when."""
+
+import asyncio
+import time
+from typing import Any
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from workers.batching.collector import BatchCollector
+from workers.batching.policy import BatchPolicy
+from workers.settings import BatchPolicyName
+
+PARTITION = TopicPartition("fleet.requests.m", 0)
+
+
+def records(count: int) -> list[ConsumerRecord[bytes, bytes]]:
+    now = int(time.time() * 1000)
+    return [ConsumerRecord(PARTITION.topic, 0, offset, now, 0, None, b"r", None, 0, 1, []) for offset in range(count)]
+
+
+class Consumer:
+    """getmany hands over what `arrivals` holds, and refuses max_records < 1 as aiokafka does."""
+
+    def __init__(self, *arrivals: int) -> None:
+        self.arrivals = list(arrivals)
+        self.asked: list[int] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return set()
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, Any]:
+        if max_records < 1:
+            raise ValueError("`max_records` must be a positive Integer")
+        self.asked.append(max_records)
+        count = min(self.arrivals.pop(0), max_records) if self.arrivals else 0
+        return {PARTITION: records(count)} if count else {}
+
+
+async def test_a_cap_cut_while_waiting_for_the_model_hands_over_what_is_in_hand() -> None:
+    policy = BatchPolicy(32, 1000, BatchPolicyName.adaptive)
+    model_free = asyncio.Event()  # the model is busy
+    consumer = Consumer(20)
+    collector = BatchCollector(consumer, policy, model_free=model_free)  # type: ignore[arg-type]
+    collecting = asyncio.ensure_future(collector.next_batch())
+    await asyncio.sleep(0.05)
+    assert not collecting.done()  # 20 in hand, waiting for the model to take a bigger batch
+    policy.resize(16)  # an out-of-memory back-off, while the collector waits
+    model_free.set()
+    batch = await asyncio.wait_for(collecting, 5)
+    assert len(batch.records) == 20 and consumer.asked == [32]
+
+
+async def test_the_batch_takes_no_more_than_the_cap() -> None:
+    consumer = Consumer(10, 10, 10, 10)
+    collector = BatchCollector(consumer, BatchPolicy(25, 1000, BatchPolicyName.fixed))  # type: ignore[arg-type]
+    batch = await asyncio.wait_for(collector.next_batch(), 5)
+    assert len(batch.records) == 25 and consumer.asked == [25, 15, 5]
