@@ -61,7 +61,7 @@ DELIVERIES_IN_FLIGHT = 3
 # Batches prepared at once. A batch spends most of its preparation waiting for the GIL, not working:
 # each of its two thread hops and each return from the tokenizer's Rust waits for a busy event
 # loop to let go (measured at max batch 64: 0.8 ms triage and ~1.5 ms of tokenising took 15-19 ms).
-# With two at once the prepare stage set the pace of a fast device; four keep it ahead.
+# With two at once, the compute stage found no prepared batch three samples in four at max batch 64.
 PREPARE_DEPTH = 4
 
 
