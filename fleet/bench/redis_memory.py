@@ -4,8 +4,12 @@
 
 Writes N entries of each kind into the stack's Redis exactly as the fleet writes them (the
 worker's result payload under `fleet:result:<id>` with its TTL, the exact cache's packed outputs
-under its key, a reply-stream entry as the deliver script adds it), measures `used_memory` before
-and after, and deletes them again. Kinds: a 384-float embedding result (minilm-embed) and a
+under its key, a reply-stream entry as the deliver script adds it), measures what they hold with
+`MEMORY USAGE` (SAMPLES 0: every element), and deletes them again. `MEMORY USAGE` counts a key, its
+value and the allocator's size classes for both, but not a TTL's entry in the expiry table (about
+32 B more a key). It is summed over the keys written, so other clients' writes and frees meanwhile
+do not count: a `used_memory` delta did, and expiring keys of earlier runs once made a label's cache
+entry measure -70 B. Kinds: a 384-float embedding result (minilm-embed) and a
 label-and-score result (faq-intent). The figures feed the README's "Sizing" arithmetic: Redis
 memory = results per TTL x bytes per result + cache entries x bytes per entry + unread replies.
 """
@@ -64,23 +68,28 @@ def result_payload(rng: random.Random, kind: Kind) -> tuple[str, bytes]:
     return request_id, result.encode()
 
 
-async def _used(redis: AnyRedis) -> int:
-    info = await redis.info("memory")
-    return int(info["used_memory"])
+async def _memory_usage(redis: AnyRedis, keys: list[str]) -> int:
+    """Bytes the keys hold, every element counted."""
+    total = 0
+    for start in range(0, len(keys), PIPELINE):
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys[start:start + PIPELINE]:
+                pipe.memory_usage(key, samples=0)
+            total += sum(int(used or 0) for used in await pipe.execute())
+    return total
 
 
 async def _measure(redis: AnyRedis, count: int, write: Callable[[object, int], None], keys: list[str]) -> float:
-    """Bytes of `used_memory` per entry that `write` adds, `count` times, in pipelines."""
-    before = await _used(redis)
+    """Bytes per entry that `write` adds, `count` times, in pipelines, into `keys`."""
     for start in range(0, count, PIPELINE):
         async with redis.pipeline(transaction=False) as pipe:
             for i in range(start, min(start + PIPELINE, count)):
                 write(pipe, i)
             await pipe.execute()
-    after = await _used(redis)
+    held = await _memory_usage(redis, keys)
     for start in range(0, len(keys), PIPELINE):
         await redis.unlink(*keys[start:start + PIPELINE])
-    return (after - before) / count
+    return held / count
 
 
 async def measure_kind(redis: AnyRedis, kind: Kind, count: int, seed: int = 7) -> dict[str, float]:
@@ -120,8 +129,8 @@ async def run(settings: FleetSettings, count: int) -> int:
         await redis.aclose()
     print(format_table(("result kind", "payload", "per result key", "per exact-cache entry", "per unread reply"),
                        rows))
-    print(f"\n(used_memory delta / {count:,} entries; results and cache entries with a {TTL_S} s TTL; replies "
-          "in one reply stream)")
+    print(f"\n(MEMORY USAGE / {count:,} entries, a TTL's expiry entry (~32 B) not counted; results and cache "
+          f"entries with a {TTL_S} s TTL; replies in one reply stream)")
     return Exit.OK
 
 
