@@ -42,7 +42,7 @@ from fleet.tables import format_table
 from common.settings import FleetSettings
 from common.clients import new_consumer
 from common.topics import ensure_topics, partitions_of
-from gateway.client import FleetClient
+from gateway.client import FleetClient, RequestOptions
 from gateway.settings import ClientSettings
 from models.backends.sim import PRESETS, SimDevice
 from models.registry import ModelRegistry
@@ -145,11 +145,9 @@ class Bench:
         waiter = f"bench-device-{time.time_ns()}"
         reply = ReplyTo(redis=waiter, topic=RESULTS_TOPIC)
         cycle = TextCycle(self.texts)
-        requests = [self.client.build_request(BENCH_MODEL, cycle.take(), timeout=BACKLOG_TIMEOUT_S, reply=reply)
-                    for _ in range(count)]
-        if self.embedding_encoding is not None:
-            requests = [request.model_copy(update={"embedding_encoding": self.embedding_encoding})
-                        for request in requests]
+        options = RequestOptions(embedding_encoding=self.embedding_encoding)
+        requests = [self.client.build_request(BENCH_MODEL, cycle.take(), timeout=BACKLOG_TIMEOUT_S, reply=reply,
+                                              options=options) for _ in range(count)]
         producer = self.client.producer
         futures = [await producer.send(requests_topic(BENCH_MODEL), r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
