@@ -1,9 +1,10 @@
 """A pipeline stage that works on several items at once and passes them on in the order they came.
 
 The prepare stage works on four batches, each mostly waiting for the GIL between its thread hops;
-the compute stage keeps two batches on a device that queues work; the deliver stage keeps three deliveries in flight, so
-one batch's writes go out while the previous batches' acknowledgements are on their way. Either way what leaves the stage leaves in arrival order, which is what lets
-the settle stage commit offsets in order and never past an undelivered batch.
+the compute stage keeps two batches on a device that queues work; the deliver stage keeps three
+deliveries in flight, so one batch's writes go out while the previous batches' acknowledgements
+are on their way. Either way what leaves the stage leaves in arrival order, which is what lets the
+settle stage commit offsets in order and never past an undelivered batch.
 """
 
 import asyncio
