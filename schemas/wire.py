@@ -188,8 +188,8 @@ class Result(_Wire):
         embedding = outputs.get("embedding")
         if embedding_encoding == F32LE and isinstance(embedding, (np.ndarray, list)):
             fields["embedding_encoding"] = embedding_encoding
-            outputs = {**outputs, "embedding": f32le(embedding)}
-        elif not holds_rows(outputs):
+            fields["outputs"] = outputs = {**outputs, "embedding": f32le(embedding)}
+        if not holds_rows(outputs):
             return packb(fields)
         del fields["outputs"]
         return pack_with_outputs(fields, outputs)

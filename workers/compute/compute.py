@@ -17,7 +17,7 @@ from workers.compute.outputs import outputs_of
 from workers.compute.prepare import Prepared, VersionGroup, timings_of
 from workers.compute.run_batch import BatchRun, OutOfMemoryForOneRow, run_batch
 from workers.compute.triage import Ready
-from workers.delivery.sink import Outcome
+from workers.delivery.sink import Outcome, pack_payloads
 
 
 # The per-request stages a batch's metrics observe, and their keys in a result's timings.
@@ -84,6 +84,7 @@ def compute(prepared: Prepared) -> Computed:
         _answer_group(prepared, group, run, elapsed_ms, done)
     done.padding_efficiency = real / padded if padded else None
     done.input_tokens = tuple(lengths)
+    pack_payloads(done.outcomes)
     return done
 
 
