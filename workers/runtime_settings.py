@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 from common.settings import FleetSettings
 from models.backends.sim import PRESETS, sim_device
 from models.loading import BackendName, Device, GraphOptimization, Precision, RuntimeOptions, RuntimeSpec
+from workers.compute.parallelism import batches_in_flight, cpu_threads_per_batch
 
 PRODUCTION_NAMES = ("production", "prod")
 
@@ -33,7 +34,12 @@ class ModelRuntimeSettings(FleetSettings):
                                  "benchmarks and capacity planning, refused in production)")
     length_bucket_size: int = Field(16, ge=0, description="Sort a batch by token length and run it in sub-batches "
                                     "of at most this many rows; 0 runs it as one padded batch")
-    intra_op_threads: int = Field(0, ge=0, description="Intra-op threads of ONNX Runtime or torch; 0 lets the runtime decide")
+    model_batches_in_flight: int | None = Field(None, ge=1, le=8, description="Batches handed to the model at "
+                                                "once; default 2 on a device that queues work (cuda, sim) and on "
+                                                "a CPU of 2 cores or more, else 1")
+    intra_op_threads: int = Field(0, ge=0, description="Intra-op threads of ONNX Runtime or torch per batch; 0: on "
+                                  "a CPU the cores shared out among the batches in flight, on a GPU the runtime's "
+                                  "choice")
     intra_op_spinning: bool = Field(True, description="Let idle ONNX Runtime threads busy-wait for the next "
                                     "batch (ORT's default); off leaves the CPU to the event loop, Kafka and Redis")
     graph_optimization: GraphOptimization = Field("all", description="ONNX Runtime graph optimisation: disable | basic | extended | all")
@@ -62,11 +68,19 @@ class ModelRuntimeSettings(FleetSettings):
             registry_dir=self.registry_dir, model=self.model, version=self.model_version,
             precision=self.precision, backend=self.backend,
             sim=sim_device(self.sim_preset, self.sim_a_ms, self.sim_b_ms, self.sim_c_ms) if self.backend == "sim" else None,
-            options=RuntimeOptions(device=self.device, intra_op_threads=self.intra_op_threads,
+            options=RuntimeOptions(device=self.device, intra_op_threads=self.threads_per_batch(),
                                    spinning=self.intra_op_spinning, graph_optimization=self.graph_optimization,
                                    warmup=self.warmup, max_input_tokens=self.max_input_tokens,
                                    length_bucket_size=self.length_bucket_size,
                                    memory_headroom=self.device_memory_headroom))
+
+
+    def threads_per_batch(self) -> int:
+        """The runtime's intra-op threads: on a CPU the cores are shared out among the batches in flight
+        (workers/compute/parallelism.py); elsewhere the setting, 0 letting the runtime decide."""
+        if self.device != "cpu" or self.backend == "sim":
+            return self.intra_op_threads
+        return cpu_threads_per_batch(self.intra_op_threads, batches_in_flight("cpu", self.model_batches_in_flight))
 
 
 class ModelMemberSettings(ModelRuntimeSettings):

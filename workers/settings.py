@@ -75,8 +75,6 @@ class WorkerSettings(ModelMemberSettings):
     fault_versions: list[str] = Field(default_factory=list, description="Inject faults only into these versions "
                                       "(e.g. a canary candidate); empty: every version")
     fault_probe_fails: bool = Field(False, description="Make the health probe fail")
-    model_batches_in_flight: int | None = Field(None, ge=1, le=8, description="Batches handed to the model at "
-                                                "once; default 2 on a device that queues work (cuda, sim), else 1")
     health_probe_interval_s: float = Field(2.0, gt=0, description="How often the health probe runs a tiny inference")
     health_batch_timeout_s: float = Field(30.0, gt=0, description="A batch in the model longer than this counts as "
                                           "a device timeout (probes pause while a batch runs: its outcome is the "

@@ -39,7 +39,8 @@ from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_batch, unreadable
 from workers.compute.provenance import Provenance
-from workers.compute.stage import ComputeStage, ModelActivity, batches_in_flight
+from workers.compute.parallelism import batches_in_flight
+from workers.compute.stage import ComputeStage, ModelActivity
 from workers.compute.threads import stage_threads
 from workers.delivery.offsets import backlog_drained, hand_on, owned_partitions
 from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
@@ -207,7 +208,7 @@ class Worker(KafkaMember):
             group_instance_id=self.worker_id if self.settings.static_membership else None)
         await self._consumer.start()
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
-                                         model_free=self._activity.free)
+                                         model_has_room=self._activity.has_room)
 
     async def run(self, *, burst: bool = False) -> int:
         """Serve until asked to stop; with burst=True, return once the backlog is drained.
@@ -257,6 +258,7 @@ class Worker(KafkaMember):
         settler = Settler(self._require_consumer, self.caches, self.tracer, self.parts.stats, self._count)
         depth = batches_in_flight(self.backend.device, self.settings.model_batches_in_flight)
         self._stage_threads = stage_threads(PREPARE_DEPTH, depth)
+        self._activity.resize(depth)
         try:
             async with asyncio.TaskGroup() as stages:
                 collecting = stages.create_task(self._collect_stage(consumer, fetched, burst))

@@ -4,7 +4,8 @@ For each batching configuration (and precision) one worker runs as a real proces
 bench drives it end to end (client -> Kafka -> worker -> Redis reply) with a seeded
 customer-support workload:
 
-- saturation: C closed-loop callers (C = max(2 x max_batch, 16)) -> req/s, p50/p95/p99;
+- saturation: C closed-loop callers (C = max((B + 1) x max_batch, 16), B the batches the worker
+  hands its model at once) -> req/s, p50/p95/p99;
 - 50% load: Poisson arrivals at half that rate -> p50/p95/p99 from each scheduled send;
 - raw: the same model in-process at the same batch size, no worker running -> sentences/s;
 - efficiency = saturation req/s / raw sentences/s.
@@ -49,6 +50,7 @@ from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from schemas.names import consumer_group, requests_topic
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
+from workers.compute.parallelism import batches_in_flight
 
 MODEL = "minilm-embed"
 LENGTH_AWARE_BATCH = 32
@@ -71,8 +73,10 @@ class BatchingConfig:
         return {"FLEET_MAX_BATCH_SIZE": str(self.max_batch), "FLEET_MAX_QUEUE_DELAY_MS": f"{self.max_queue_delay_ms:g}",
                 "FLEET_BATCH_POLICY": self.policy}
 
-    def callers(self, fixed: int | None, minimum: int) -> int:
-        return fixed if fixed is not None else max(2 * self.max_batch, minimum)
+    def callers(self, fixed: int | None, minimum: int, batches_in_model: int) -> int:
+        """Enough closed-loop callers for a full batch in the model at each place it takes one, and
+        one more gathering: fewer, and the model waits for the callers, not the other way round."""
+        return fixed if fixed is not None else max((batches_in_model + 1) * self.max_batch, minimum)
 
 
 CONFIGS = (
@@ -179,7 +183,7 @@ class Bench:
     async def row(self, client: FleetClient, watch: GroupWatch, config: BatchingConfig, precision: str,
                   raw: RawThroughput) -> BenchRow:
         label = f"{precision} {config.name}"
-        callers = config.callers(self.args.concurrency, self.args.min_concurrency)
+        callers = config.callers(self.args.concurrency, self.args.min_concurrency, batches_in_flight("cpu", None))
         worker_id = f"bench-{self.stamp}-{precision}-{config.name.replace('/', '-')}"
         await self.wait_group_quiet(watch)
         log_file = self.settings.home / "bench" / "logs" / f"{worker_id}.log"
@@ -290,7 +294,8 @@ async def run(args: argparse.Namespace) -> int:
     aliases = {precision: bench_alias(registry, manifest, alias_registry, f"{args.model}-bench")
                for precision, manifest in manifests.items()}
     bench = Bench(args, durations, settings, manifests, aliases, alias_registry, texts, progress, stamp)
-    print(f"{len(configs)} configurations x {precisions}, threads {args.threads or 'ORT default'}, {os.cpu_count()} "
+    print(f"{len(configs)} configurations x {precisions}, threads per batch {args.threads or 'the worker default'}, "
+          f"{batches_in_flight('cpu', None)} batches in the model at once, {os.cpu_count()} "
           f"CPUs; phases: {durations.warmup_s:g} s warm-up + {durations.saturation_s:g} s saturation, "
           f"{durations.half_load_s:g} s at 50% load; served as {bench.model} on {requests_topic(bench.model)}",
           flush=True)
@@ -334,10 +339,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser("bench", __doc__)
     parser.add_argument("--quick", action="store_true", help="short phases, fp32 only (under 2 minutes)")
     parser.add_argument("--precision", help="comma-separated: fp32,int8 (default both; fp32 with --quick)")
-    parser.add_argument("--threads", type=int, default=0, help="FLEET_INTRA_OP_THREADS; 0 lets ONNX Runtime decide")
+    parser.add_argument("--threads", type=int, default=0, help="FLEET_INTRA_OP_THREADS; 0: the worker's "
+                        "default (the cores shared out among the batches in flight)")
     parser.add_argument("--configs", help=f"comma-separated subset of {', '.join(c.name for c in CONFIGS)}")
-    parser.add_argument("--concurrency", type=int, help="closed-loop callers for every row (default max(2 x batch, "
-                        "--min-concurrency))")
+    parser.add_argument("--concurrency", type=int, help="closed-loop callers for every row (default max((batches in "
+                        "the model + 1) x batch, --min-concurrency))")
     parser.add_argument("--min-concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, help="seconds of each measured phase")
     parser.add_argument("--warmup", type=float, help="seconds of closed-loop warm-up before measuring")

@@ -2,7 +2,8 @@
 
 The backend is loaded the way a worker loads it (`models.loading.ModelLoader` with the
 same settings), in the bench process, while no worker runs, and fed the workload in chunks
-of max_batch. Nothing else (Kafka, Redis, msgpack, the event loop) is on the path.
+of max_batch, as many at once as the worker hands its model. Nothing else (Kafka, Redis,
+msgpack, the event loop) is on the path.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -19,6 +21,7 @@ from models.backends.onnx import OnnxEmbeddingBackend
 from models.backends.options import RuntimeOptions
 from models.loading import ModelLoader
 from models.registry import ModelManifest, ModelRegistry
+from workers.compute.parallelism import batches_in_flight
 from workers.settings import WorkerSettings
 
 LENGTH_BUCKET_KEYWORD = "length_bucket_size"
@@ -51,34 +54,45 @@ def chunks(texts: Sequence[str], size: int) -> list[Sequence[str]]:
 
 
 def measure(infer: Callable[[Sequence[str]], object], texts: Sequence[str], batch_size: int,
-            repeats: int) -> RawThroughput:
+            repeats: int, batches_at_once: int = 1) -> RawThroughput:
     """Sentences per second over whole passes through `texts` in chunks of batch_size, after
-    one untimed pass (ONNX Runtime plans each new shape on first sight)."""
+    one untimed pass (ONNX Runtime plans each new shape on first sight); `batches_at_once` chunks
+    run side by side, each in its own thread, as a worker's compute stage runs them."""
     batches = chunks(texts, batch_size)
-    for batch in batches:
-        infer(batch)
-    rates = []
-    cpu_started = time.process_time()
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for batch in batches:
-            infer(batch)
-        rates.append(len(texts) / (time.perf_counter() - started))
+    with ThreadPoolExecutor(batches_at_once, thread_name_prefix="raw") as threads:
+        def one_pass() -> None:
+            for _ in threads.map(infer, batches):
+                pass
+
+        one_pass()
+        rates = []
+        cpu_started = time.process_time()
+        for _ in range(repeats):
+            started = time.perf_counter()
+            one_pass()
+            rates.append(len(texts) / (time.perf_counter() - started))
     cpu_ms = (time.process_time() - cpu_started) * 1000 / (len(texts) * repeats)
     return RawThroughput(median(rates), tuple(rates), cpu_ms, batch_size, len(texts))
 
 
-def worker_backend(env: dict[str, str]) -> Backend:
-    """The backend a worker started with these FLEET_* variables would load."""
+def worker_settings(env: dict[str, str]) -> WorkerSettings:
+    """The settings a worker started with these FLEET_* variables would have."""
     settings: dict[str, Any] = {name.removeprefix("FLEET_").lower(): value for name, value in env.items()
                                 if name.startswith("FLEET_")}
-    return ModelLoader(WorkerSettings(**settings).runtime()).load()
+    return WorkerSettings(**settings)
+
+
+def worker_backend(env: dict[str, str]) -> Backend:
+    """The backend a worker started with these FLEET_* variables would load."""
+    return ModelLoader(worker_settings(env).runtime()).load()
 
 
 def raw_throughput(env: dict[str, str], texts: Sequence[str], batch_size: int, repeats: int) -> RawThroughput:
+    """The model as that worker would run it: its threads per batch, as many batches at once."""
     backend = worker_backend(env)
     try:
-        return measure(backend.infer, texts, batch_size, repeats)
+        at_once = batches_in_flight(backend.device, worker_settings(env).model_batches_in_flight)
+        return measure(backend.infer, texts, batch_size, repeats, at_once)
     finally:
         del backend
         gc.collect()  # release the session and its thread pool before a worker starts

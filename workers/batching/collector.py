@@ -27,11 +27,11 @@ class BatchCollector:
     """Pulls records from a consumer until the policy says the batch should go."""
 
     def __init__(self, consumer: AIOKafkaConsumer, policy: BatchPolicy, *,
-                 stopping: Callable[[], bool] = lambda: False, model_free: asyncio.Event | None = None) -> None:
+                 stopping: Callable[[], bool] = lambda: False, model_has_room: asyncio.Event | None = None) -> None:
         self._consumer = consumer
         self._policy = policy
         self._stopping = stopping
-        self._model_free = model_free
+        self._model_has_room = model_has_room
         self.last_backlog: dict[TopicPartition, int] = {}
 
     async def backlog(self) -> int:
@@ -52,16 +52,16 @@ class BatchCollector:
             oldest = min((record.timestamp for record in batch), default=None)
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
             view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
-                             model_busy=self._model_free is not None and not self._model_free.is_set())
+                             model_busy=self._model_has_room is not None and not self._model_has_room.is_set())
             decision = self._policy.decide(view)
             if decision.dispatch or (batch and self._stopping()):
                 return fetched_batch
             wait_ms = max(int(decision.wait_ms), 1)
-            if decision.until_model_free and self._model_free is not None:
+            if decision.until_model_has_room and self._model_has_room is not None:
                 # Sleep instead of polling: the consumer keeps prefetching in the background, and
-                # one non-blocking getmany takes what arrived once the model is free.
+                # one non-blocking getmany takes what arrived once the model has room.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._model_free.wait(), MAX_BUSY_WAIT_S)
+                    await asyncio.wait_for(self._model_has_room.wait(), MAX_BUSY_WAIT_S)
                 wait_ms = 0
             # Read after the wait: an out-of-memory back-off may have cut the cap below what is in hand.
             room = self._policy.max_batch_size - len(batch)

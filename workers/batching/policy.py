@@ -4,14 +4,14 @@
 partitions and how old the oldest record is, it says "go now" or "wait up to t ms for more".
 `BatchCollector` (collector.py) feeds it from an aiokafka consumer.
 
-- adaptive: a full batch goes at once; while the model is still busy with the previous batch
-  (sending now would only queue behind it) it keeps collecting; while more records are
+- adaptive: a full batch goes at once; while the model has no room for another batch (it holds
+  as many as it runs at once, so sending now would only queue behind them) it keeps collecting; while more records are
   visibly waiting it fetches them, up to the delay; otherwise it never waits for records that
   are not there. Light traffic goes out at once at batch-1 latency; under load the batches
   fill while the model works.
 - fixed: the classic rule, wait until the batch is full or the oldest record has waited
   max_queue_delay.
-With the model free, no record waits longer than max_queue_delay counted from its Kafka
+With room in the model, no record waits longer than max_queue_delay counted from its Kafka
 timestamp, so time already spent in the topic counts.
 """
 
@@ -32,14 +32,14 @@ class BatchView:
     in_hand: int
     backlog: int
     oldest_age_ms: float
-    model_busy: bool = False
+    model_busy: bool = False  # it holds as many batches as it runs at once
 
 
 @dataclass(frozen=True)
 class Decision:
     dispatch: bool
     wait_ms: float = 0.0
-    until_model_free: bool = False  # wait for the running batch to finish, then take what has arrived
+    until_model_has_room: bool = False  # wait for a running batch to finish, then take what has arrived
 
 
 class BatchPolicy:
@@ -65,12 +65,12 @@ class BatchPolicy:
             return Decision(dispatch=True)
         adaptive = self.policy is BatchPolicyName.adaptive
         if adaptive and view.model_busy:
-            # Sent now, the batch would only queue behind the one running; it leaves the
-            # moment the model is free, bigger and no later.
-            return Decision(dispatch=False, wait_ms=BUSY_POLL_MS, until_model_free=True)
+            # Sent now, the batch would only queue behind the ones running; it leaves the
+            # moment the model has room, bigger and no later.
+            return Decision(dispatch=False, wait_ms=BUSY_POLL_MS, until_model_has_room=True)
         left_ms = self.max_queue_delay_ms - view.oldest_age_ms
         if left_ms <= 0:
             return Decision(dispatch=True)
         if not adaptive or view.backlog > 0:
             return Decision(dispatch=False, wait_ms=left_ms)
-        return Decision(dispatch=True)  # nothing visible to wait for, and the model is free
+        return Decision(dispatch=True)  # nothing visible to wait for, and the model has room

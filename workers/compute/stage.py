@@ -1,11 +1,8 @@
 """The worker's compute stage: prepared batches through the model, computed batches out in order.
 
-On a device that queues work (a GPU, the simulated device) the next batch is handed over while
-the current one runs, so the device goes from one batch to the next without waiting for the
-event loop to notice the first has finished and start the second: that round trip (the thread's
-result, the loop's turn, the next thread hop) cost about a tenth of a 55 ms batch. On a CPU one
-batch runs at a time: two would only split the cores between them. Either way batches leave in
-the order they came, so delivery and commits stay in batch order.
+Up to `depth` batches are in the model at once (workers/compute/parallelism.py says how many);
+batches leave in the order they came however long each took, so delivery and commits stay in
+batch order.
 """
 
 import asyncio
@@ -21,34 +18,33 @@ from workers.compute.threads import in_thread
 from workers.ordered import in_order
 
 log = logging.getLogger(__name__)
-QUEUEING_DEVICES = frozenset({"cuda", "sim"})
-
-
-def batches_in_flight(device: str, configured: int | None) -> int:
-    """How many batches may be handed to the model at once: the setting, else 2 on a device that queues work."""
-    if configured is not None:
-        return configured
-    return 2 if device in QUEUEING_DEVICES else 1
 
 
 class ModelActivity:
-    """What the model holds: batches handed to it and not computed yet (the batching policy waits
-    for none), and since when the oldest running batch runs (the health watchdog's hung-device check)."""
+    """What the model holds: batches handed to it and not computed yet, whether it has room for
+    another (fewer than `capacity` pending: the batching policy holds a part batch back while it
+    has none), and since when the oldest running batch runs (the health watchdog's hung-device
+    check)."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 1) -> None:
         self.pending = 0
-        self.free = asyncio.Event()
-        self.free.set()
+        self.capacity = capacity
+        self.has_room = asyncio.Event()
+        self.has_room.set()
         self._running: deque[float] = deque()
 
     @property
     def busy_since(self) -> float | None:
         return self._running[0] if self._running else None
 
+    def resize(self, capacity: int) -> None:
+        """The batches the model takes at once (the compute stage's depth)."""
+        self.capacity = capacity
+        self._note_room()
+
     def handed(self, batches: int = 1) -> None:
         self.pending += batches
-        if self.pending:
-            self.free.clear()
+        self._note_room()
 
     def started(self) -> float:
         at = time.monotonic()
@@ -59,8 +55,13 @@ class ModelActivity:
         if started is not None:
             self._running.remove(started)
         self.pending -= 1
-        if self.pending == 0:
-            self.free.set()
+        self._note_room()
+
+    def _note_room(self) -> None:
+        if self.pending < self.capacity:
+            self.has_room.set()
+        else:
+            self.has_room.clear()
 
 
 class ComputeStage:

@@ -108,8 +108,9 @@ def test_configurations_and_their_callers() -> None:
     assert [c.name for c in CONFIGS] == ["none", "8/10ms", "32/50ms", "64/100ms", "adaptive"]
     assert CONFIGS[0].env() == {"FLEET_MAX_BATCH_SIZE": "1", "FLEET_MAX_QUEUE_DELAY_MS": "0",
                                 "FLEET_BATCH_POLICY": "fixed"}
-    assert [c.callers(None, 16) for c in CONFIGS] == [16, 16, 64, 128, 64]
-    assert BatchingConfig("x", 8, 10, "fixed").callers(5, 16) == 5
+    assert [c.callers(None, 16, 1) for c in CONFIGS] == [16, 16, 64, 128, 64]
+    assert [c.callers(None, 16, 2) for c in CONFIGS] == [16, 24, 96, 192, 96]
+    assert BatchingConfig("x", 8, 10, "fixed").callers(5, 16, 2) == 5
 
 
 def test_cpu_split_per_request() -> None:

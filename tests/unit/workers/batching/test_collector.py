@@ -38,14 +38,14 @@ class Consumer:
 
 async def test_a_cap_cut_while_waiting_for_the_model_hands_over_what_is_in_hand() -> None:
     policy = BatchPolicy(32, 1000, BatchPolicyName.adaptive)
-    model_free = asyncio.Event()  # the model is busy
+    model_has_room = asyncio.Event()  # the model is busy
     consumer = Consumer(20)
-    collector = BatchCollector(consumer, policy, model_free=model_free)  # type: ignore[arg-type]
+    collector = BatchCollector(consumer, policy, model_has_room=model_has_room)  # type: ignore[arg-type]
     collecting = asyncio.ensure_future(collector.next_batch())
     await asyncio.sleep(0.05)
     assert not collecting.done()  # 20 in hand, waiting for the model to take a bigger batch
     policy.resize(16)  # an out-of-memory back-off, while the collector waits
-    model_free.set()
+    model_has_room.set()
     batch = await asyncio.wait_for(collecting, 5)
     assert len(batch.records) == 20 and consumer.asked == [32]
 

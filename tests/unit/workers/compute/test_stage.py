@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from workers.compute import stage
-from workers.compute.stage import ComputeStage, ModelActivity, batches_in_flight
+from workers.compute.stage import ComputeStage, ModelActivity
 
 
 @dataclass
@@ -54,7 +54,7 @@ async def run_stage(batches: list[Batch], depth: int, monkeypatch: pytest.Monkey
     await asyncio.wait_for(ComputeStage(activity, depth, seen.append).run(inbox, out), 10)
     emitted = [out.get_nowait() for _ in range(out.qsize())]
     assert emitted[-1] is None and emitted[:-1] == seen
-    assert activity.pending == 0 and activity.free.is_set() and activity.busy_since is None
+    assert activity.pending == 0 and activity.has_room.is_set() and activity.busy_since is None
     return seen, model
 
 
@@ -65,14 +65,25 @@ async def test_two_in_flight_overlap_and_leave_in_order(monkeypatch: pytest.Monk
     assert model.most == 2
 
 
-async def test_one_in_flight_on_a_cpu_and_a_failure_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_one_in_flight_and_a_failure_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
     seen, model = await run_stage([Batch("a", 0.02), Batch("broken", 0), Batch("b", 0.02)], 1, monkeypatch)
     assert seen == ["a", "failed broken: device said no", "b"]
     assert model.most == 1
 
 
-def test_devices_that_queue_work_get_two_batches_unless_configured() -> None:
-    assert (batches_in_flight("cuda", None), batches_in_flight("sim", None), batches_in_flight("cpu", None)) == (2, 2, 1)
-    assert batches_in_flight("cpu", 3) == 3
+def test_a_depth_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ComputeStage(ModelActivity(), 0, lambda _: None)
+
+
+def test_the_model_has_room_until_it_holds_as_many_batches_as_it_runs_at_once() -> None:
+    activity = ModelActivity()
+    activity.resize(2)
+    activity.handed()
+    assert activity.has_room.is_set(), "one batch of two: the next runs beside it, it does not queue"
+    activity.handed()
+    assert not activity.has_room.is_set()
+    activity.finished(activity.started())
+    assert activity.has_room.is_set()
+    activity.resize(1)
+    assert not activity.has_room.is_set(), "a smaller model capacity takes the room away at once"
