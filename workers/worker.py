@@ -208,7 +208,8 @@ class Worker(KafkaMember):
             group_instance_id=self.worker_id if self.settings.static_membership else None)
         await self._consumer.start()
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
-                                         model_has_room=self._activity.has_room)
+                                         model_has_room=self._activity.has_room,
+                                         model_working=lambda: self._activity.pending > 0)
 
     async def run(self, *, burst: bool = False) -> int:
         """Serve until asked to stop; with burst=True, return once the backlog is drained.

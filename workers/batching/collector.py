@@ -27,11 +27,13 @@ class BatchCollector:
     """Pulls records from a consumer until the policy says the batch should go."""
 
     def __init__(self, consumer: AIOKafkaConsumer, policy: BatchPolicy, *,
-                 stopping: Callable[[], bool] = lambda: False, model_has_room: asyncio.Event | None = None) -> None:
+                 stopping: Callable[[], bool] = lambda: False, model_has_room: asyncio.Event | None = None,
+                 model_working: Callable[[], bool] = lambda: False) -> None:
         self._consumer = consumer
         self._policy = policy
         self._stopping = stopping
         self._model_has_room = model_has_room
+        self._model_working = model_working
         self.last_backlog: dict[TopicPartition, int] = {}
 
     async def backlog(self) -> int:
@@ -52,7 +54,8 @@ class BatchCollector:
             oldest = min((record.timestamp for record in batch), default=None)
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
             view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
-                             model_busy=self._model_has_room is not None and not self._model_has_room.is_set())
+                             model_busy=self._model_has_room is not None and not self._model_has_room.is_set(),
+                             model_working=self._model_working())
             decision = self._policy.decide(view)
             if decision.dispatch or (batch and self._stopping()):
                 return fetched_batch

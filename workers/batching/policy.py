@@ -5,7 +5,8 @@ partitions and how old the oldest record is, it says "go now" or "wait up to t m
 `BatchCollector` (collector.py) feeds it from an aiokafka consumer.
 
 - adaptive: a full batch goes at once; while the model has no room for another batch (it holds
-  as many as it runs at once, so sending now would only queue behind them) it keeps collecting; while more records are
+  as many as it runs at once, so sending now would only queue behind them) it keeps collecting;
+  while it runs a batch and has room for another, the batch fills up to the delay; while more records are
   visibly waiting it fetches them, up to the delay; otherwise it never waits for records that
   are not there. Light traffic goes out at once at batch-1 latency; under load the batches
   fill while the model works.
@@ -33,6 +34,7 @@ class BatchView:
     backlog: int
     oldest_age_ms: float
     model_busy: bool = False  # it holds as many batches as it runs at once
+    model_working: bool = False  # it holds at least one batch
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,6 @@ class BatchPolicy:
         left_ms = self.max_queue_delay_ms - view.oldest_age_ms
         if left_ms <= 0:
             return Decision(dispatch=True)
-        if not adaptive or view.backlog > 0:
+        if not adaptive or view.backlog > 0 or view.model_working:
             return Decision(dispatch=False, wait_ms=left_ms)
-        return Decision(dispatch=True)  # nothing visible to wait for, and the model has room
+        return Decision(dispatch=True)  # nothing visible to wait for, and the model idle

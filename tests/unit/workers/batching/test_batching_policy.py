@@ -54,3 +54,9 @@ def test_adaptive_keeps_collecting_while_the_model_is_busy() -> None:
     # Past the delay it still waits for a busy model: dispatching would only queue behind it.
     assert not ADAPTIVE.decide(BatchView(in_hand=5, backlog=0, oldest_age_ms=25, model_busy=True)).dispatch
     assert ADAPTIVE.decide(BatchView(in_hand=32, backlog=0, oldest_age_ms=1, model_busy=True)).dispatch
+
+
+def test_adaptive_fills_a_batch_up_to_the_delay_while_the_model_runs_one_and_has_room_for_it() -> None:
+    working = ADAPTIVE.decide(BatchView(in_hand=5, backlog=0, oldest_age_ms=3, model_working=True))
+    assert not working.dispatch and working.wait_ms == pytest.approx(17) and not working.until_model_has_room
+    assert ADAPTIVE.decide(BatchView(in_hand=5, backlog=0, oldest_age_ms=20.5, model_working=True)).dispatch
