@@ -74,7 +74,6 @@ class ModelRuntimeSettings(FleetSettings):
                                    length_bucket_size=self.length_bucket_size,
                                    memory_headroom=self.device_memory_headroom))
 
-
     def threads_per_batch(self) -> int:
         """The runtime's intra-op threads: on a CPU the cores are shared out among the batches in flight
         (workers/compute/parallelism.py); elsewhere the setting, 0 letting the runtime decide."""

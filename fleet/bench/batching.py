@@ -40,7 +40,7 @@ from fleet.arguments import command_parser
 from fleet.bench.fleet_process import CpuCounters, CpuSplit, GroupWatch, WorkerProcess, bench_alias, cpu_counters
 from fleet.bench.load import TextCycle, closed_loop, open_loop
 from fleet.bench.raw import LengthAwareComparison, RawThroughput, compare_length_aware, length_aware_available, \
-    raw_throughput
+    raw_throughput, worker_settings
 from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, format_targets, \
     results_table, write_json
 from fleet.bench.stats import percentile, poisson_arrivals
@@ -77,6 +77,11 @@ class BatchingConfig:
         """Enough closed-loop callers for a full batch in the model at each place it takes one, and
         one more gathering: fewer, and the model waits for the callers, not the other way round."""
         return fixed if fixed is not None else max((batches_in_model + 1) * self.max_batch, minimum)
+
+
+def batches_in_model() -> int:
+    """Batches the bench's CPU worker hands its model at once (FLEET_MODEL_BATCHES_IN_FLIGHT counts)."""
+    return batches_in_flight("cpu", worker_settings({}).model_batches_in_flight)
 
 
 CONFIGS = (
@@ -183,7 +188,7 @@ class Bench:
     async def row(self, client: FleetClient, watch: GroupWatch, config: BatchingConfig, precision: str,
                   raw: RawThroughput) -> BenchRow:
         label = f"{precision} {config.name}"
-        callers = config.callers(self.args.concurrency, self.args.min_concurrency, batches_in_flight("cpu", None))
+        callers = config.callers(self.args.concurrency, self.args.min_concurrency, batches_in_model())
         worker_id = f"bench-{self.stamp}-{precision}-{config.name.replace('/', '-')}"
         await self.wait_group_quiet(watch)
         log_file = self.settings.home / "bench" / "logs" / f"{worker_id}.log"
@@ -295,7 +300,7 @@ async def run(args: argparse.Namespace) -> int:
                for precision, manifest in manifests.items()}
     bench = Bench(args, durations, settings, manifests, aliases, alias_registry, texts, progress, stamp)
     print(f"{len(configs)} configurations x {precisions}, threads per batch {args.threads or 'the worker default'}, "
-          f"{batches_in_flight('cpu', None)} batches in the model at once, {os.cpu_count()} "
+          f"{batches_in_model()} batches in the model at once, {os.cpu_count()} "
           f"CPUs; phases: {durations.warmup_s:g} s warm-up + {durations.saturation_s:g} s saturation, "
           f"{durations.half_load_s:g} s at 50% load; served as {bench.model} on {requests_topic(bench.model)}",
           flush=True)

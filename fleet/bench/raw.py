@@ -89,9 +89,10 @@ def worker_backend(env: dict[str, str]) -> Backend:
 
 def raw_throughput(env: dict[str, str], texts: Sequence[str], batch_size: int, repeats: int) -> RawThroughput:
     """The model as that worker would run it: its threads per batch, as many batches at once."""
-    backend = worker_backend(env)
+    settings = worker_settings(env)
+    backend = ModelLoader(settings.runtime()).load()
     try:
-        at_once = batches_in_flight(backend.device, worker_settings(env).model_batches_in_flight)
+        at_once = batches_in_flight(backend.device, settings.model_batches_in_flight)
         return measure(backend.infer, texts, batch_size, repeats, at_once)
     finally:
         del backend

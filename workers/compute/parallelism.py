@@ -7,9 +7,9 @@ runs, so it goes from one batch to the next without waiting for the event loop t
 On a CPU, batches side by side on a share of the cores each beat one batch on all of them. ONNX
 Runtime's intra-op threads meet at a barrier after every operator; on a machine that also runs the
 event loop, Kafka and Redis, one descheduled thread holds up the others while they spin. Measured
-in-process on the 2-core CI machine (MiniLM, batch 32, `python -m fleet.bench.cpu_split`): two batches
-of one thread each against one batch of two threads, INT8 1,250 against 863 sentences/s, FP32 489
-against 416, at two thirds of the CPU per sentence.
+in-process on the 2-core CI machine (MiniLM, batch 32, `scripts/bench cpu-split`): two batches of
+one thread each against one batch of two threads, INT8 1,255 against 851 sentences/s, FP32 474
+against 403, at two thirds of the CPU per sentence.
 """
 
 import os
