@@ -37,6 +37,7 @@ from gateway.limits import BodyLimit, InFlight, InFlightLimit
 from gateway.metrics import GatewayMetrics
 from gateway.model_requests import INFER_ROUTE, SUBMIT_ROUTE, ModelRequests
 from gateway.quotas import QuotaBook, TenantQuotas
+from gateway.readiness import Readiness
 from gateway.responses import InternalErrors, Outcomes, SafeJSONResponse, install_error_handlers
 from gateway.settings import GatewaySettings
 from schemas.wire import RequestId
@@ -175,6 +176,8 @@ def model_routes(model_requests: ModelRequests) -> APIRouter:
 
 def ops_routes(fleet: FleetClient, metrics: GatewayMetrics, *, auth_required: bool) -> APIRouter:
     routes = APIRouter()
+    readiness = Readiness({"redis": lambda: fleet.redis.ping(),
+                           "kafka": lambda: fleet.producer.client.fetch_all_metadata()}, timeout_s=READY_TIMEOUT_S)
 
     @routes.get("/v1/results/{request_id}", summary="A result by request id", dependencies=KEY_SCHEMES,
                 responses={401: {"description": "missing, unknown or revoked API key"},
@@ -194,8 +197,7 @@ def ops_routes(fleet: FleetClient, metrics: GatewayMetrics, *, auth_required: bo
 
     @routes.get("/readyz", summary="Kafka and Redis answer and the reply reader reads")
     async def readyz() -> JSONResponse:
-        checks = {"redis": await _answers(fleet.redis.ping()),
-                  "kafka": await _answers(fleet.producer.client.fetch_all_metadata())}
+        checks = await readiness.checks()
         reasons = {} if (down := _reader_down(fleet)) is None else {"reply_reader": down}
         checks["reply_reader"] = not reasons
         ready = all(checks.values())
@@ -215,11 +217,3 @@ def _reader_down(fleet: FleetClient) -> str | None:
         return fleet.waiter.down_reason
     except RuntimeError:
         return "client not started"
-
-
-async def _answers(check: Any) -> bool:
-    try:
-        await asyncio.wait_for(check, READY_TIMEOUT_S)
-        return True
-    except Exception:
-        return False

@@ -173,3 +173,15 @@ async def test_cache_hits_come_back_with_their_timings(gateway_url: str, auth: d
     assert {"gateway_ms", "produce_ms", "end_to_end_ms"} <= set(second["timings"])
     assert set(stored["timings"]) <= set(second["timings"]), "the gateway drops none of the worker's timings"
     assert second["timings"]["gateway_ms"] >= second["timings"]["end_to_end_ms"] > 0
+
+
+async def test_a_burst_of_probes_leaves_tenants_their_redis_connections(gateway_url: str, auth: dict[str, str]) -> None:
+    """/readyz needs no key: 300 at once used to ping Redis 300 times at once, took the pool that key
+    lookups and result reads use, and the gateway said it was down while Redis was fine."""
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30, limits=limits) as http:
+        probes = [http.get("/readyz") for _ in range(300)]
+        lookups = [http.get(f"/v1/results/{index:032x}", headers=auth) for index in range(20)]
+        answers = await asyncio.gather(*probes, *lookups)
+    assert [a.status_code for a in answers[:300]] == [200] * 300, {a.text for a in answers[:300]}
+    assert [a.status_code for a in answers[300:]] == [404] * 20, {a.text for a in answers[300:]}
