@@ -190,8 +190,16 @@ class ResultSink:
 
     async def _send_dead_letters(self, dead_letters: list[DeadLetter]) -> None:
         outgoing = [self._dead_letters.outgoing(letter) for letter in dead_letters]
-        refused = await self._produce([(DLQ_TOPIC, letter.encode(), None) for letter in outgoing])
-        for _, exc in refused:  # capped at triage, so only a misconfigured broker gets here
+        sends = [(DLQ_TOPIC, letter.encode(), None) for letter in outgoing]
+        refused = await self._produce(sends)
+        if not refused:
+            return
+        # Capped already (workers/delivery/dead_letters.py); should one still be refused, say a broker
+        # with a smaller message limit, the letter goes without the record's view and bytes: which
+        # record, and why, is what an operator needs, and one record must not stop the worker.
+        letters = {id(send): letter for send, letter in zip(sends, outgoing, strict=True)}
+        bare = [letters[id(send)].model_copy(update={"masked": None, "original": None}) for send, _ in refused]
+        for _, exc in await self._produce([(DLQ_TOPIC, letter.encode(), None) for letter in bare]):
             raise RuntimeError(f"the dead-letter topic refused a letter: {exc}") from exc
 
     async def forward(self, topic: str, originals: list[tuple[bytes | None, bytes]]) -> None:

@@ -3,7 +3,7 @@
 import msgpack
 
 from schemas.wire import DeadLetter
-from workers.delivery.dead_letters import MAX_ENTRIES, MAX_TEXT_CHARS, DeadLetterPolicy
+from workers.delivery.dead_letters import CUT, MAX_ENTRIES, MAX_TEXT_CHARS, MAX_VIEW_BYTES, DeadLetterPolicy
 
 
 def _letter(original: bytes, reason: str = "invalid fields: deadline_ms: Field required") -> DeadLetter:
@@ -61,3 +61,25 @@ def test_a_request_id_stays_readable_even_where_its_digits_look_like_a_phone_num
     assert "555" not in str(view["inputs"])
     not_an_id = DeadLetterPolicy().masked_view(msgpack.packb({"id": "call me at +1 415 555 0100"}))
     assert not_an_id is not None and "555" not in not_an_id["id"]
+
+
+def amplifying_record() -> bytes:
+    """52 KB of empty lists nested past the view's depth: each 1-byte list would become a 23-character
+    marker, a 1.2 MB view, over the producer's 1 MiB request."""
+    lists = [[[[[[] for _ in range(256)] for _ in range(200)]]]]
+    return msgpack.packb({"v": 2, "id": "0" * 32, "model": "m", "a": lists})
+
+
+def test_a_view_stays_within_its_byte_budget_however_it_amplifies() -> None:
+    raw = amplifying_record()
+    assert len(raw) < 60_000
+    out = DeadLetterPolicy(keep_original=True).outgoing(_letter(raw))
+    assert len(msgpack.packb(out.masked)) < MAX_VIEW_BYTES + 4096
+    assert CUT in str(out.masked) and out.masked is not None and out.masked["model"] == "m"
+    assert len(out.encode()) < 1024 * 1024 - 4096  # the producer's max request, with room for the record batch
+
+
+def test_a_view_under_the_budget_is_whole() -> None:
+    record = {"v": 1, "params": {"rows": [[i, str(i)] for i in range(200)]}}
+    view = DeadLetterPolicy().masked_view(msgpack.packb(record))
+    assert view == {"v": 1, "params": {"rows": [[i, str(i)] for i in range(200)]}}
