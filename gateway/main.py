@@ -21,10 +21,11 @@ from tenacity import AsyncRetrying, retry_if_exception_type, retry_if_not_except
 from common.auth_keys import KeysFileError
 from common.credentials import CredentialsRejected
 from common.heap import settle_heap
-from common.logs import configure_logging
+from common.logs import LogThrottle, configure_logging
 from common.process import ExitCode, arm_watchdog
 from gateway.app import create_app, gateway_client
 from gateway.client import FleetClient
+from gateway.http_protocol import guarded_protocol
 from gateway.processes import ensure_multiprocess_metrics, run_processes, share_of
 from gateway.settings import GatewaySettings
 
@@ -106,8 +107,11 @@ async def serve(settings: GatewaySettings, listener: socket.socket) -> int:
     settle_heap()
     # uvicorn drains connections for part of the grace period; the app's shutdown gets the rest.
     # No access log: a line per request cost more than the fast path's own work; /metrics counts them.
-    config = uvicorn.Config(app, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=max(int(settings.shutdown_grace_s / 2), 1))
+    # The port is open to the world before any key is checked: headers and time are bounded (gateway/http_protocol.py).
+    protocol = guarded_protocol(max_header_bytes=settings.max_header_bytes,
+                                read_timeout_s=settings.request_read_timeout_s, throttle=LogThrottle(log))
+    config = uvicorn.Config(app, http=protocol, timeout_keep_alive=settings.idle_timeout_s, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=max(int(settings.shutdown_grace_s / 2), 1))
     log.info("gateway listening on %s:%d", settings.host, settings.port)
     await GracefulServer(config, settings.shutdown_grace_s).serve(sockets=[listener])
     return 0

@@ -32,6 +32,12 @@ class GatewaySettings(ClientSettings):
     port: int = 8080
     models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are 413")
+    max_header_bytes: int = Field(16 * 1024, ge=1024, description="A longer request line and headers is 431, and "
+                                  "the connection is closed")
+    request_read_timeout_s: float = Field(10.0, gt=0, le=300, description="A request (line, headers, body) not "
+                                          "received within this is 408, and the connection is closed")
+    idle_timeout_s: int = Field(5, ge=1, le=300, description="A connection that sends nothing this long, before "
+                                "its first request or between two, is closed")
     max_text_chars: int = Field(8192, ge=1, description="Longer texts are 422")
     max_params_depth: int = Field(8, ge=1, le=64, description="`params` nested deeper than this is 422")
     max_params_bytes: int = Field(16 * 1024, ge=16, description="`params` larger than this, packed, is 422")
