@@ -97,8 +97,10 @@ def parse_document(raw: bytes, content_type: str | None) -> Any:
         return json.loads(text)
     except RecursionError:
         raise HTTPException(400, "body: JSON nested too deeply to parse") from None
-    except ValueError as exc:  # JSONDecodeError, and integers over Python's digit limit
+    except json.JSONDecodeError as exc:
         raise HTTPException(400, f"body: not JSON: {str(exc)[:200]}") from None
+    except ValueError:  # Python's own message names its settings, which are none of the caller's business
+        raise HTTPException(400, "body: a number has too many digits") from None
 
 
 def _field_problems(body: InferBody, rules: BodyRules) -> list[tuple[Path, str]]:

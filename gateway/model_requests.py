@@ -7,6 +7,7 @@ outages are raised (HTTPException, RequestValidationError, FleetUnavailable, Ove
 `gateway.responses.error_answer` to turn into the documented 4xx/503.
 """
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from fastapi import HTTPException
 from gateway.auth import Caller
 from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
+from gateway.known_topics import KnownTopics
 from gateway.metrics import GatewayMetrics
 from gateway.responses import result_json, safe_json
 from gateway.settings import GatewaySettings
@@ -23,6 +25,7 @@ from schemas.wire import ReplyTo, Result, Status
 
 INFER_ROUTE = "/v1/models/{model}/infer"
 SUBMIT_ROUTE = "/v1/models/{model}/requests"
+METADATA_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class ModelRequests:
         self._metrics = metrics
         self._rules = BodyRules.of(settings)
         self._models = frozenset(settings.models)
+        self._topics = KnownTopics(self._cluster_topics)
 
     def body(self, model: str, raw: bytes, content_type: str | None, caller: Caller) -> InferBody:
         """The request body, checked, with the tenant of the caller's key in it."""
@@ -84,10 +88,17 @@ class ModelRequests:
         return Reply(200, result_json(exchange.result, timings))
 
     async def submit(self, model: str, body: InferBody) -> Reply:
+        if body.results_topic is not None and not await self._topics.exists(body.results_topic):
+            raise invalid((("results_topic",), f"topic {body.results_topic!r} does not exist; results topics are "
+                                               "created by the fleet's operators (fleet topics), not by requests"))
         request = self._fleet.build_request(model, body.text, timeout=self._timeout_of(body),
                                             reply=ReplyTo(topic=body.results_topic), options=self._options_of(body))
         await self._fleet.publish(request)
         return Reply(202, safe_json({"id": request.id, "result_url": f"/v1/results/{request.id}"}))
+
+    async def _cluster_topics(self) -> set[str]:
+        metadata = await asyncio.wait_for(self._fleet.producer.client.fetch_all_metadata(), METADATA_TIMEOUT_S)
+        return set(metadata.topics())
 
     def _timeout_of(self, body: InferBody) -> float:
         return body.timeout_ms / 1000 if body.timeout_ms else self._settings.default_timeout_s

@@ -8,6 +8,9 @@ import httpx
 import numpy as np
 import pytest
 
+from common.clients import new_admin
+from common.settings import FleetSettings
+from common.topics import ensure_topics
 from tests.integration.conftest import MODEL, Process
 from tests.integration.gateway.gateway_harness import METRICS_TENANT, TEST_TENANT, bearer, cli_key
 from models.backends.base import Backend
@@ -185,3 +188,22 @@ async def test_a_burst_of_probes_leaves_tenants_their_redis_connections(gateway_
         answers = await asyncio.gather(*probes, *lookups)
     assert [a.status_code for a in answers[:300]] == [200] * 300, {a.text for a in answers[:300]}
     assert [a.status_code for a in answers[300:]] == [404] * 20, {a.text for a in answers[300:]}
+
+
+async def test_a_tenant_cannot_create_topics_by_naming_them(gateway_url: str, auth: dict[str, str]) -> None:
+    """Any name matching the results pattern used to be created by the worker on first delivery."""
+    made_up = f"fleet.results.made-up-{time.time_ns()}"
+    existing = f"fleet.results.gw-existing-{time.time_ns()}"
+    settings = FleetSettings()
+    await ensure_topics(settings, [existing], 1)
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30, headers=auth) as http:
+        refused = await http.post(f"/v1/models/{MODEL}/requests", json={"text": "hi", "results_topic": made_up})
+        accepted = await http.post(f"/v1/models/{MODEL}/requests", json={"text": "hi", "results_topic": existing})
+    assert refused.status_code == 422 and "results_topic" in refused.text and "does not exist" in refused.text
+    assert accepted.status_code == 202, accepted.text
+    admin = new_admin(settings)
+    await admin.start()
+    try:
+        assert made_up not in await admin.list_topics()
+    finally:
+        await admin.close()

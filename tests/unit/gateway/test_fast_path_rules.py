@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
+from fastapi import HTTPException
 from starlette.routing import Match
 
 from gateway.answers import Refusal
@@ -133,3 +134,10 @@ def test_the_in_flight_cap_refuses_beyond_it_and_counts_what_leaves() -> None:
     assert refusal is not None and refusal.status == 429 and refusal.headers == ((b"retry-after", b"3"),)
     in_flight.leave()
     assert in_flight.count == 1 and in_flight.enter() is None
+
+
+def test_a_number_with_too_many_digits_is_400_without_pythons_advice() -> None:
+    with pytest.raises(HTTPException) as refused:
+        parse_document(b'{"text": "hi", "n": ' + b"7" * 5000 + b"}", "application/json")
+    assert refused.value.status_code == 400 and "too many digits" in str(refused.value.detail)
+    assert "sys." not in str(refused.value.detail) and "int_max_str_digits" not in str(refused.value.detail)

@@ -1,0 +1,47 @@
+"""Which Kafka topics exist, as the gateway needs to know before a tenant's request names one.
+
+A request may name a results topic (`results_topic`); the worker creates a results topic the
+first time it delivers to one, so before this check any tenant could create topics at will by
+naming new ones (the threat model says tenants cannot create topics). The gateway now accepts
+only topics that exist; operators create them (`fleet topics`, or their own tooling). Kafka's
+metadata is fetched at most once per `refresh_s`, one fetch at a time, and only when a request
+names a topic not seen yet: made-up names cost Kafka one metadata request per interval at most.
+"""
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from aiokafka.errors import KafkaError
+
+from gateway.errors import FleetUnavailable
+
+
+class KnownTopics:
+    def __init__(self, fetch: Callable[[], Awaitable[set[str]]], *, refresh_s: float = 5.0) -> None:
+        """`fetch`: the names of every topic in the cluster."""
+        self._fetch = fetch
+        self._refresh_s = refresh_s
+        self._known: set[str] = set()
+        self._fetched_at = -refresh_s
+        self._fetching: asyncio.Future[set[str]] | None = None
+
+    async def exists(self, topic: str) -> bool:
+        """Whether `topic` exists; FleetUnavailable when Kafka does not say."""
+        if topic in self._known:
+            return True
+        if time.monotonic() - self._fetched_at >= self._refresh_s:
+            if self._fetching is None:
+                self._fetching = asyncio.ensure_future(self._fetch())
+                self._fetching.add_done_callback(self._fetched)
+            try:
+                await asyncio.shield(self._fetching)
+            except (KafkaError, OSError, TimeoutError) as exc:
+                raise FleetUnavailable("kafka", f"topic metadata: {type(exc).__name__}: {exc}") from exc
+        return topic in self._known
+
+    def _fetched(self, fetching: "asyncio.Future[set[str]]") -> None:
+        self._fetching = None
+        # A failed fetch is not an answer: the next request asks again (and hears 503 meanwhile).
+        if not fetching.cancelled() and fetching.exception() is None:
+            self._known, self._fetched_at = fetching.result(), time.monotonic()
