@@ -45,10 +45,16 @@ class Encoded:
         `min_efficiency` (bucket_size 0: one sub-batch in the given order)."""
         if not rows:
             return cls(count=0, chunks=[], real_tokens=0, padded_tokens=0)
-        lengths = np.fromiter((len(row) for row in rows), dtype=np.intp, count=len(rows))
+        lengths = np.fromiter(map(len, rows), dtype=np.intp, count=len(rows))
         groups = [np.arange(len(rows))] if bucket_size <= 0 else _length_groups(lengths, bucket_size, min_efficiency)
-        chunks = [Chunk(rows=group, feeds=pad([rows[i] for i in group])) for group in groups]
-        padded = sum(len(group) * int(lengths[group].max()) for group in groups)
+        longest = [int(lengths[group].max()) for group in groups]
+        # The whole batch padded once, each sub-batch cut from it: `pad` pads on the right, so the
+        # first `longest` columns of a sub-batch's rows are what padding them alone would give.
+        # Padding each sub-batch on its own cost a dozen numpy calls per sub-batch, 16 of them per 256 rows.
+        padded_batch = pad(rows)
+        chunks = [Chunk(rows=group, feeds={name: array[group, :width] for name, array in padded_batch.items()})
+                  for group, width in zip(groups, longest, strict=True)]
+        padded = sum(len(group) * width for group, width in zip(groups, longest, strict=True))
         return cls(count=len(rows), chunks=chunks, real_tokens=int(lengths.sum()), padded_tokens=padded,
                    lengths=tuple(lengths.tolist()), truncated=tuple(truncated))
 
@@ -57,9 +63,9 @@ def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficien
     order = np.argsort(lengths, kind="stable")
     groups: list[list[int]] = [[]]
     real = 0
-    for index in order.tolist():
+    # Ascending, so the newcomer is the longest of its group.
+    for index, length in zip(order.tolist(), lengths[order].tolist(), strict=True):
         current = groups[-1]
-        length = int(lengths[index])  # ascending, so the newcomer is the longest of its group
         if current and (len(current) >= bucket_size or (real + length) < min_efficiency * length * (len(current) + 1)):
             groups.append([])
             current, real = groups[-1], 0

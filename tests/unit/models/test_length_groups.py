@@ -41,3 +41,11 @@ def test_empty_batch() -> None:
 def test_a_row_that_would_waste_padding_starts_a_new_sub_batch() -> None:
     encoded = Encoded.group([[1] * n for n in (4, 4, 4, 12)], bucket_size=16, pad=pad, min_efficiency=0.8)
     assert lengths_of(encoded) == [[4, 4, 4], [12]]
+
+
+def test_each_sub_batch_is_padded_as_if_on_its_own() -> None:
+    rows = [[n] * n for n in (30, 4, 5, 29, 5, 31, 4)]
+    encoded = Encoded.group(rows, bucket_size=16, pad=pad)
+    for chunk in encoded.chunks:
+        alone = pad([rows[i] for i in chunk.rows.tolist()])
+        np.testing.assert_array_equal(chunk.feeds["input_ids"], alone["input_ids"])
