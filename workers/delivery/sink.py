@@ -12,7 +12,6 @@ holds up its partition. A stored `ok` or `degraded` result is never replaced by 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Protocol
 
 import msgpack
@@ -90,11 +89,20 @@ class Outcome:
     def of(cls, item: "HasRecord", result: Result) -> "Outcome":
         return cls(item.request, result, (item.record.topic, item.record.partition, item.record.offset))
 
-    @cached_property
+    @property
     def payload(self) -> bytes:
         """The result as delivered, packed once for Redis and the results topic, stamped with the
         request's tenant so that only that tenant may read it, its embedding in the encoding the
         request asked for."""
+        # Kept in the instance's dict by hand: functools.cached_property takes a lock on every
+        # first read before Python 3.12, a lock per result.
+        packed: bytes | None = self.__dict__.get("_payload")
+        if packed is None:
+            packed = self._pack()
+            object.__setattr__(self, "_payload", packed)
+        return packed
+
+    def _pack(self) -> bytes:
         if self.request is None:
             return self.result.encode()
         return self.result.encode(tenant=self.request.tenant, embedding_encoding=self.request.embedding_encoding)
