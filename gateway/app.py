@@ -123,8 +123,10 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     internal_errors = InternalErrors(metrics.internal_errors, settings.retry_after_s)
     model_requests = ModelRequests(settings, fleet, metrics)
 
+    # No redirect for a trailing slash: Starlette builds its Location from the Host header, which
+    # the caller chooses (an open redirect); the route without the slash is documented.
     app = GatewayApp(title="Inference fleet gateway", version="1", lifespan=lifespan,
-                     default_response_class=SafeJSONResponse)
+                     default_response_class=SafeJSONResponse, redirect_slashes=False)
     app.include_router(model_routes(model_requests))
     app.include_router(ops_routes(fleet, metrics, auth_required=directory is not None))
     install_error_handlers(app, metrics.unavailable_of, settings.retry_after_s)
@@ -166,7 +168,9 @@ def model_routes(model_requests: ModelRequests) -> APIRouter:
         return Response(reply.body, status_code=reply.status, media_type="application/json")
 
     @routes.post(SUBMIT_ROUTE, status_code=202, response_model=Accepted, openapi_extra=BODY_DOC,
-                 summary="Submit without waiting; poll /v1/results/{id}", responses=INPUT_ERRORS)
+                 summary="Submit without waiting; poll /v1/results/{id}",
+                 responses={**INPUT_ERRORS, 504: {"description": "deadline passed before Kafka acknowledged; body has "
+                                                                "the id"}})
     async def submit(model: str, body: Body) -> Any:
         reply = await model_requests.submit(model, body)
         return Response(reply.body, status_code=reply.status, media_type="application/json")

@@ -48,6 +48,11 @@ def partition_of_request(key: bytes | None, all_partitions: list[int], available
     return _DEFAULT_PARTITIONER(key, all_partitions, available)
 
 
+# A deadline shorter than this that passes before Kafka acknowledges is the deadline's doing (a
+# timeout, 504), not an outage (503, counted as one): any tenant could raise the outage count at will.
+SHORT_DEADLINE_S = 1.0
+
+
 class InferenceTimeout(TimeoutError):
     def __init__(self, request_id: str, timeout_s: float) -> None:
         super().__init__(f"no result for request {request_id} within {timeout_s:g} s")
@@ -205,6 +210,9 @@ class FleetClient:
                 topic = await self.topic_for(request.model)
                 await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
         except TimeoutError:
+            if left_s < SHORT_DEADLINE_S:
+                # Too short for any Kafka to acknowledge: the caller's budget ran out, Kafka is not down.
+                raise InferenceTimeout(request.id, left_s) from None
             raise FleetUnavailable("kafka", f"no acknowledgement within the request's deadline ({left_s:.3g} s)") from None
         except (KafkaError, OSError) as exc:
             raise FleetUnavailable("kafka", f"{type(exc).__name__}: {exc}") from exc

@@ -93,7 +93,11 @@ class ModelRequests:
                                                "created by the fleet's operators (fleet topics), not by requests"))
         request = self._fleet.build_request(model, body.text, timeout=self._timeout_of(body),
                                             reply=ReplyTo(topic=body.results_topic), options=self._options_of(body))
-        await self._fleet.publish(request)
+        try:
+            await self._fleet.publish(request)
+        except InferenceTimeout as exc:
+            detail = f"the request's deadline passed before Kafka acknowledged it: {exc}"
+            return Reply(504, safe_json({"detail": detail, "id": request.id}))
         return Reply(202, safe_json({"id": request.id, "result_url": f"/v1/results/{request.id}"}))
 
     async def _cluster_topics(self) -> set[str]:

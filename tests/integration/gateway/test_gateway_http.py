@@ -207,3 +207,25 @@ async def test_a_tenant_cannot_create_topics_by_naming_them(gateway_url: str, au
         assert made_up not in await admin.list_topics()
     finally:
         await admin.close()
+
+
+async def test_a_deadline_too_short_to_publish_is_a_timeout_not_an_outage(gateway_url: str, auth: dict[str, str],
+                                                                         metrics_auth: dict[str, str]) -> None:
+    """A timeout_ms of 1 passes before Kafka acknowledges: 504 with the id, never a 503 that counts
+    a Kafka outage (any tenant could raise that count at will)."""
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30, headers=auth) as http:
+        answers = [await http.post(f"/v1/models/{MODEL}/{route}", json={"text": "hi", "timeout_ms": timeout_ms})
+                   for route in ("requests", "infer") for timeout_ms in (1, 2, 5) for _ in range(5)]
+        metrics = (await http.get("/metrics", headers=metrics_auth)).text
+    assert {answer.status_code for answer in answers} <= {202, 504}, {a.status_code: a.text for a in answers}
+    assert all(len(answer.json()["id"]) == 32 for answer in answers)
+    assert 'fleet_gateway_unavailable_total{dependency="kafka"}' not in metrics
+
+
+async def test_a_trailing_slash_is_not_redirected_to_the_callers_host(gateway_url: str, auth: dict[str, str]) -> None:
+    headers = {**auth, "Host": "evil.example"}
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30, headers=headers) as http:
+        answers = [await http.post(f"/v1/models/{MODEL}/infer/", json={"text": "hi"}),
+                   await http.get(f"/v1/results/{'ab' * 16}/")]
+    assert [answer.status_code for answer in answers] == [404, 404], [a.text for a in answers]
+    assert not any("location" in answer.headers for answer in answers)
