@@ -52,12 +52,19 @@ class Caller:
 ANONYMOUS = Caller(tenant=None, key_id=None)
 
 
+class AmbiguousKey(ValueError):
+    """More than one credential, which a proxy in front might read differently from the gateway."""
+
+
 def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """The key in `Authorization: Bearer` (preferred) or `X-API-Key`, or None."""
+    """The key in `Authorization: Bearer` (preferred) or `X-API-Key`, or None; AmbiguousKey when
+    either header comes twice."""
     found: dict[bytes, str] = {}
     for name, value in headers:
         if name in (b"authorization", b"x-api-key"):
-            found.setdefault(name, value.decode("latin-1").strip())
+            if name in found:
+                raise AmbiguousKey(f"the {name.decode()} header is sent more than once")
+            found[name] = value.decode("latin-1").strip()
     scheme, _, token = found.get(b"authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
@@ -166,10 +173,15 @@ class Gatekeeper:
     async def check(self, path: str, headers: list[tuple[bytes, bytes]]) -> Caller | Refusal:
         if self.directory is None:
             return ANONYMOUS
-        key = presented_key(headers)
-        if key is None or len(key) > MAX_KEY_CHARS:
+        try:
+            key = presented_key(headers)
+        except AmbiguousKey as exc:
+            return self._refuse(401, "invalid", f"send one API key: {exc}")
+        if key is None:
             return self._refuse(401, "missing", "an API key is required: 'Authorization: Bearer <key>' "
                                 "or 'X-API-Key: <key>'")
+        if len(key) > MAX_KEY_CHARS:
+            return self._refuse(401, "invalid", "unknown or revoked API key")
         try:
             record = await self.directory.lookup(key)
         except FleetUnavailable as exc:

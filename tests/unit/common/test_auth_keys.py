@@ -10,7 +10,7 @@ import pytest
 
 from common.auth_keys import (KEY_PREFIX, KeysFileError, decode_record, key_digest, new_key, read_keys_file,
                               valid_tenant)
-from gateway.auth import KeysFile, presented_key
+from gateway.auth import AmbiguousKey, KeysFile, presented_key
 from gateway.quotas import TokenBucket
 from gateway.settings import GatewaySettings, TenantQuota
 
@@ -115,3 +115,13 @@ def test_auth_is_on_unless_switched_off_explicitly(monkeypatch: pytest.MonkeyPat
     assert GatewaySettings().auth_required is False
     monkeypatch.setenv("FLEET_TENANT_QUOTAS", '{"acme": {"rps": 5}}')
     assert GatewaySettings().quota_of("acme").rps == 5
+
+
+@pytest.mark.parametrize("headers", [
+    [(b"authorization", b"Bearer k1"), (b"authorization", b"Bearer k2")],
+    [(b"x-api-key", b"k1"), (b"x-api-key", b"k1")],
+], ids=["two Authorization", "two X-API-Key"])
+def test_two_credentials_are_refused_not_resolved(headers: list[tuple[bytes, bytes]]) -> None:
+    """A proxy in front might pick the other one: the gateway does not guess."""
+    with pytest.raises(AmbiguousKey):
+        presented_key(headers)
