@@ -106,7 +106,8 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
                 await asyncio.gather(following, return_exceptions=True)
             # A producer flushing into a dead Kafka must not hold the process past its grace period.
             try:
-                await asyncio.wait_for(fleet.stop(), settings.shutdown_grace_s / 2)
+                async with asyncio.timeout(settings.shutdown_grace_s / 2):
+                    await fleet.stop()
             except TimeoutError:
                 pass
 

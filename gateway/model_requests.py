@@ -101,7 +101,8 @@ class ModelRequests:
         return Reply(202, safe_json({"id": request.id, "result_url": f"/v1/results/{request.id}"}))
 
     async def _cluster_topics(self) -> set[str]:
-        metadata = await asyncio.wait_for(self._fleet.producer.client.fetch_all_metadata(), METADATA_TIMEOUT_S)
+        async with asyncio.timeout(METADATA_TIMEOUT_S):
+            metadata = await self._fleet.producer.client.fetch_all_metadata()
         return set(metadata.topics())
 
     def _timeout_of(self, body: InferBody) -> float:

@@ -43,7 +43,8 @@ class Readiness:
 
     async def _answers(self, check: Check) -> bool:
         try:
-            await asyncio.wait_for(check(), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                await check()
             return True
         except Exception:
             return False

@@ -66,7 +66,8 @@ class Router:
 
     async def _look_up(self, model: str) -> Route:
         try:
-            workers = await asyncio.wait_for(list_workers(self._redis, model), LOOKUP_TIMEOUT_S)
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                workers = await list_workers(self._redis, model)
         except (RedisError, OSError) as exc:  # OSError covers the lookup's own TimeoutError
             self._throttle.log(logging.WARNING, "redis", "routing %s from its last known route: Redis: %s",
                                model, exc)

@@ -18,6 +18,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -262,13 +263,16 @@ class Worker(KafkaMember):
         self._activity.resize(depth)
         try:
             async with asyncio.TaskGroup() as stages:
-                collecting = stages.create_task(self._collect_stage(consumer, fetched, burst))
-                stages.create_task(in_order(fetched, preparations, self._prepare, PREPARE_DEPTH))
-                stages.create_task(flatten(preparations, prepared))
                 compute_stage = ComputeStage(self._activity, depth, self._computed, self._stage_threads)
-                stages.create_task(compute_stage.run(prepared, computed))
-                stages.create_task(self._deliver_stage(computed, delivered))
-                stages.create_task(settler.run(delivered))
+                running = {"collect": self._collect_stage(consumer, fetched, burst),
+                           "prepare": in_order(fetched, preparations, self._prepare, PREPARE_DEPTH),
+                           "hand over": flatten(preparations, prepared),
+                           "compute": compute_stage.run(prepared, computed),
+                           "deliver": self._deliver_stage(computed, delivered), "settle": settler.run(delivered)}
+                tasks = {name: stages.create_task(stage, name=f"stage {name}") for name, stage in running.items()}
+                for task in tasks.values():
+                    task.add_done_callback(self._stage_ended)
+                collecting = tasks["collect"]
         except BaseExceptionGroup as group:
             raise group.exceptions[0] from group  # the first stage failure is the cause; pass it on as is
         finally:
@@ -276,6 +280,14 @@ class Worker(KafkaMember):
             # Not waited for: a thread stuck in a hung device must not hold up leaving the group.
             self._stage_threads.shutdown(wait=False, cancel_futures=True)
         return collecting.result()
+
+    def _stage_ended(self, task: "asyncio.Task[Any]") -> None:
+        """A failed stage is said at once, and health drops at once: the session's TaskGroup passes the
+        failure on only after every other stage has stopped, which a stuck stage could put off for good."""
+        if not task.cancelled() and (failure := task.exception()) is not None:
+            self._health.set(0)
+            log.error("worker %s: %s failed, ending the session: %s: %s", self.worker_id, task.get_name(),
+                      type(failure).__name__, failure)
 
     async def _collect_stage(self, consumer: AIOKafkaConsumer, out: "asyncio.Queue[FetchedBatch | None]",
                              burst: bool) -> bool:

@@ -64,7 +64,8 @@ class BatchCollector:
                 # Sleep instead of polling: the consumer keeps prefetching in the background, and
                 # one non-blocking getmany takes what arrived once the model has room.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._model_has_room.wait(), MAX_BUSY_WAIT_S)
+                    async with asyncio.timeout(MAX_BUSY_WAIT_S):  # not wait_for: see workers/delivery/offsets.py
+                        await self._model_has_room.wait()
                 wait_ms = 0
             # Read after the wait: an out-of-memory back-off may have cut the cap below what is in hand.
             room = self._policy.max_batch_size - len(batch)

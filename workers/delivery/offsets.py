@@ -64,7 +64,10 @@ async def hand_on(consumer: AIOKafkaConsumer, queue: "asyncio.Queue[T]", item: T
     try:
         while True:
             try:
-                await asyncio.wait_for(queue.put(item), patience_s)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that
+                # arrives as the put completes, and a cancelled session's collector then waited here for good.
+                async with asyncio.timeout(patience_s):
+                    await queue.put(item)
                 return
             except TimeoutError:
                 newly = consumer.assignment() - paused

@@ -81,7 +81,8 @@ class HealthServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            method, target = await asyncio.wait_for(_request_line(reader), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                method, target = await _request_line(reader)
             status, content_type, body = self.respond(method, target)
             head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: {content_type}\r\n"
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
