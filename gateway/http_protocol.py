@@ -21,8 +21,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from common.logs import LogThrottle
 
-log = logging.getLogger("gateway.http")
-
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # h11's default, and what uvicorn's h11 protocol enforces
 LINGER_S = 2.0
 

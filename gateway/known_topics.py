@@ -12,8 +12,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from aiokafka.errors import KafkaError
-
 from gateway.errors import FleetUnavailable
 
 
@@ -36,7 +34,7 @@ class KnownTopics:
                 self._fetching.add_done_callback(self._fetched)
             try:
                 await asyncio.shield(self._fetching)
-            except (KafkaError, OSError, TimeoutError) as exc:
+            except Exception as exc:  # whatever the client raises, Kafka did not say: an outage, never a 500
                 raise FleetUnavailable("kafka", f"topic metadata: {type(exc).__name__}: {exc}") from exc
         return topic in self._known
 
