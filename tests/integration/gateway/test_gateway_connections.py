@@ -59,7 +59,8 @@ def test_headers_over_the_cap_are_431_and_the_connection_closes(gateway: tuple[i
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
 
 
-@pytest.mark.parametrize("headers", [b"X-Pad: " + b"a" * 200_000 + b"\r\n", b"".join(b"X-%d: a\r\n" % i for i in range(5000))],
+@pytest.mark.parametrize("headers", [b"X-Pad: " + b"a" * 200_000 + b"\r\n",
+                                     b"".join(b"X-%d: a\r\n" % i for i in range(5000))],
                          ids=["one long header", "5000 headers"])
 def test_a_complete_head_over_the_cap_is_431(gateway: tuple[int, str], headers: bytes) -> None:
     port, _ = gateway
