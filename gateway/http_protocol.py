@@ -41,8 +41,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # between the start of a request and the end of its headers
         self._head_received = 0  # bytes received while in the head, whatever they parse to
         self._head_parsed = 0  # bytes of the URL and the headers the parser has handed over
+        self._began_in_this_read = False
         self._reading: TimerHandle | None = None
-        self._refused = False
+        self._refused = False  # answered with a refusal (or about to be): the connection is closing
+        self._refusal: bytes | None = None  # the refusal, while earlier answers are still due
 
     def connection_made(self, transport: Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -56,7 +58,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # answered and closing: what the client still sends is dropped
-        self._unset_keepalive_if_required()
+        # The idle clock stops when a request begins (on_message_begin), not on any byte: the
+        # parser skips a bare CRLF without beginning one, and 2 bytes kept a socket open for good.
+        self._began_in_this_read = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -71,14 +75,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._malformed(exc)
         else:
             # httptools buffers a header until its line ends and only then calls on_header: an
-            # endless line is counted here, as the bytes come.
-            if self._in_head and not self.transport.is_closing():
+            # endless line is counted here, as the bytes come, once its head began in an earlier
+            # read (the read in which it begins may also hold the end of the request before it).
+            if self._in_head and not self._began_in_this_read and not self._refused:
                 self._head_received += len(data)
                 if self._head_received > self.max_header_bytes:
                     self._headers_too_large()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._began_in_this_read = True
+        self._unset_keepalive_if_required()
         self._in_head, self._head_received, self._head_parsed = True, 0, 0
         self._stop_reading_clock()
         self._reading = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
@@ -118,10 +125,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._reading = None
         if self.transport.is_closing() or self._refused:
             return
-        if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
-            self._refuse(408, "Request Timeout", f"request not received within {self.read_timeout_s:g} s")
+        message = f"request not received within {self.read_timeout_s:g} s"
+        if self._in_head:  # its headers never came: it has no cycle, earlier answers may still be due
+            self._refuse(408, "Request Timeout", message)
+        elif not self.cycle.response_started:  # its body never came: the app waiting for it is told
+            self._refuse(408, "Request Timeout", message, abandon_current=True)
         else:
-            self.transport.close()  # the answer is already on its way: no second one
+            self.transport.close()  # the app answered early (say 413) or is answering: no second answer
 
     def _malformed(self, exc: Exception) -> None:
         if self.throttle is not None:
@@ -129,21 +139,41 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                               self.client[0] if self.client else "?", exc)
         self._refuse(400, "Bad Request", "malformed HTTP request")
 
-    def _refuse(self, status: int, reason: str, message: str) -> None:
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.disconnected = True  # the app reading a body learns the client is gone
-            self.cycle.message_event.set()
+    def _refuse(self, status: int, reason: str, message: str, *, abandon_current: bool = False) -> None:
+        """Answer `status` and close, after the answers still due to earlier requests on this
+        connection (pipelined): the refusal is the answer to the last request, never to one of theirs."""
+        self._refused = True
+        self._stop_reading_clock()
         body = message.encode("ascii")
-        self.transport.write(b"".join([
+        self._refusal = b"".join([
             f"HTTP/1.1 {status} {reason}\r\n".encode("ascii"),
             b"content-type: text/plain; charset=utf-8\r\n",
             b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-            b"connection: close\r\n\r\n", body]))
+            b"connection: close\r\n\r\n", body])
+        if abandon_current and self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the app reading the body learns the client is gone
+            self.cycle.message_event.set()
+        elif self._answering():
+            return  # sent by on_response_complete once the last of them is out
+        self._send_refusal()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refusal is not None and not self._answering():
+            self._send_refusal()
+
+    def _answering(self) -> bool:
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
+
+    def _send_refusal(self) -> None:
+        refusal, self._refusal = self._refusal, None
+        if refusal is None or self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.transport.write(refusal)
         # Closing a socket with unread input sends a reset, which can destroy the answer before the
         # client reads it: the answer goes out with a FIN, what still arrives is read and dropped, and
         # the socket closes once the client does, or after LINGER_S.
-        self._refused = True
-        self._stop_reading_clock()
         if self.transport.can_write_eof():
             self.transport.write_eof()
             self.loop.call_later(LINGER_S, self.transport.close)

@@ -118,3 +118,55 @@ def test_a_stalled_body_gives_its_tenants_quota_back(gateway: tuple[int, str]) -
     assert held.status_code == 429, held.text  # the stalled bodies hold the quota while they last...
     assert all(answer.startswith(b"HTTP/1.1 408 ") for answer in answers), answers
     assert after.status_code == 202, after.text  # ...and give it back when they time out
+
+
+def test_bare_line_ends_do_not_keep_a_connection_open(gateway: tuple[int, str]) -> None:
+    """The parser skips a CRLF between requests without beginning one: it is idle time all the same."""
+    port, _ = gateway
+    started = time.monotonic()
+    with connect(port) as sock:
+        sock.sendall(b"\r\n")
+        assert read_all(sock) == b""
+    assert time.monotonic() - started < 5
+
+
+def submit(key: str, body: bytes) -> bytes:
+    return (f"POST /v1/models/{MODEL}/requests HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def test_a_large_body_and_the_next_request_in_one_read_are_both_answered(gateway: tuple[int, str]) -> None:
+    """The head-size cap counts the next request's head, not the body read with its first bytes."""
+    port, key = gateway
+    body = json.dumps({"text": "x" * 8000, "params": {"pad": "y" * 12_000}}).encode()
+    with connect(port) as sock:
+        sock.sendall(submit(key, body) + b"GET /heal")
+        time.sleep(0.3)
+        sock.sendall(b"thz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answers = read_all(sock)
+    assert answers.startswith(b"HTTP/1.1 202 "), answers[:300]
+    assert answers.count(b"HTTP/1.1 200 ") == 1, answers[-300:]
+
+
+def test_a_refusal_comes_after_the_answers_due_before_it(gateway: tuple[int, str]) -> None:
+    """Pipelined: a good request, then one over the header cap. The first gets its own answer, the
+    second the 431, in that order: a client pairs answers with requests by order."""
+    port, _ = gateway
+    with connect(port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + b"GET /healthz HTTP/1.1\r\nX-Pad: "
+                     + b"a" * 40_000 + b"\r\n\r\n")
+        answers = read_all(sock)
+    first, _, rest = answers.partition(b"HTTP/1.1 431 ")
+    assert first.startswith(b"HTTP/1.1 200 ") and rest, answers[:300]
+
+
+def test_an_early_answer_is_not_followed_by_a_second_one(gateway: tuple[int, str]) -> None:
+    """A body declared over the limit is 413 at once; the connection then closes, without the 408 its
+    never-finished body would otherwise earn."""
+    port, key = gateway
+    with connect(port) as sock:
+        sock.sendall(submit(key, b"")[:-4].replace(b"Content-Length: 0", b"Content-Length: 10000000")
+                     + b"\r\n\r\n" + b'{"text": "')
+        answers = read_all(sock)
+    assert answers.startswith(b"HTTP/1.1 413 "), answers[:300]
+    assert b"408" not in answers
