@@ -50,7 +50,8 @@ def partition_of_request(key: bytes | None, all_partitions: list[int], available
 
 # A deadline shorter than this that passes before Kafka acknowledges is the deadline's doing (a
 # timeout, 504), not an outage (503, counted as one): any tenant could raise the outage count at will.
-SHORT_DEADLINE_S = 1.0
+# Kafka acknowledges in milliseconds when it is up; a longer deadline spent waiting says it is not.
+SHORT_DEADLINE_S = 0.25
 
 
 class InferenceTimeout(TimeoutError):

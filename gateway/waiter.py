@@ -156,7 +156,10 @@ class ReplyWaiter:
 
     def _attempt_failed(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
-        if exc is not None:
+        # One failed attempt is not yet an outage when the reader was up or starting: the next comes
+        # 50 ms later. A connect whose timer ran out while the event loop was held up by other work
+        # (a model loading in the same process, say) had turned a starting client away with a 503.
+        if exc is not None and (state.attempt_number > 1 or self._down_reason not in (None, STARTING)):
             self._went_down(exc)
 
     def _went_down(self, exc: BaseException) -> None:
