@@ -64,6 +64,10 @@ def unpack_map(raw: bytes) -> dict[str, Any]:
     """A msgpack map of our schema version, or a WireError saying what it is instead."""
     try:
         data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except ValueError as exc:
+        if "for map key" in str(exc):  # valid msgpack, outside the contract: every map key is a string
+            raise WireError(f"invalid fields: a map key is not a string ({str(exc)[:60]})") from exc
+        raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
     if not isinstance(data, dict):
@@ -101,9 +105,9 @@ class Request(_Wire):
     inputs: dict[str, Any]
     params: dict[str, Any] = Field(default_factory=dict)
     reply: ReplyTo = Field(default_factory=ReplyTo)
-    deadline_ms: int = Field(gt=0, description="Epoch ms after which the caller no longer wants the answer")
+    deadline_ms: int = Field(gt=0, lt=2**63, description="Epoch ms after which the caller no longer wants the answer")
     priority: int = Field(0, ge=0, le=9)
-    submitted_ms: int = Field(gt=0)
+    submitted_ms: int = Field(gt=0, lt=2**63)  # int64, as every integer of the contract
     debug: bool = False
     tenant: str | None = Field(None, max_length=128)
     embedding_encoding: EmbeddingEncoding | None = Field(

@@ -3,7 +3,7 @@ import pytest
 
 from schemas.names import fallback_topic, reply_stream, requests_topic, result_key
 from schemas.wire import (SCHEMA_VERSION, CacheTier, DeadLetter, ErrorInfo, ReplyTo, Request, Result, Status, WireError,
-                          new_request_id)
+                          new_request_id, now_ms)
 
 
 def a_request(**overrides: object) -> Request:
@@ -85,3 +85,19 @@ def test_a_result_packs_to_the_bytes_its_model_dump_would(result: Result) -> Non
                            use_single_float=True)
     assert result.encode() == dumped
     assert Result.decode(result.encode()) == result
+
+
+def test_valid_msgpack_with_a_non_string_key_is_invalid_fields_not_garbage() -> None:
+    for record in ({"v": 1, 7: "x"}, {"v": 1, "params": {1: 2}}):
+        with pytest.raises(WireError) as refused:
+            Request.decode(msgpack.packb(record))
+        assert refused.value.code == "invalid_fields" and "map key is not a string" in str(refused.value)
+
+
+@pytest.mark.parametrize("field", ["deadline_ms", "submitted_ms"])
+def test_times_beyond_int64_are_refused_as_params_values_are(field: str) -> None:
+    request = Request(id="ab" * 16, model="m", inputs={"text": "hi"}, deadline_ms=now_ms() + 1000,
+                      submitted_ms=now_ms())
+    fields = msgpack.unpackb(request.encode()) | {field: 2**64 - 1}
+    with pytest.raises(WireError, match=field):
+        Request.decode(msgpack.packb(fields))
