@@ -8,38 +8,26 @@ metadata is fetched at most once per `refresh_s`, one fetch at a time, and only 
 names a topic not seen yet: made-up names cost Kafka one metadata request per interval at most.
 """
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 from gateway.errors import FleetUnavailable
+from gateway.shared_fetch import SharedFetch
 
 
 class KnownTopics:
     def __init__(self, fetch: Callable[[], Awaitable[set[str]]], *, refresh_s: float = 5.0) -> None:
         """`fetch`: the names of every topic in the cluster."""
-        self._fetch = fetch
+        self._topics = SharedFetch(fetch)
         self._refresh_s = refresh_s
-        self._known: set[str] = set()
-        self._fetched_at = -refresh_s
-        self._fetching: asyncio.Future[set[str]] | None = None
 
     async def exists(self, topic: str) -> bool:
         """Whether `topic` exists; FleetUnavailable when Kafka does not say."""
-        if topic in self._known:
+        if topic in (self._topics.value or ()):
             return True
-        if time.monotonic() - self._fetched_at >= self._refresh_s:
-            if self._fetching is None:
-                self._fetching = asyncio.ensure_future(self._fetch())
-                self._fetching.add_done_callback(self._fetched)
+        # A failed fetch is not an answer: the next request asks again (and hears 503 meanwhile).
+        if self._topics.age_s() >= self._refresh_s:
             try:
-                await asyncio.shield(self._fetching)
+                await self._topics.refresh()
             except Exception as exc:  # whatever the client raises, Kafka did not say: an outage, never a 500
                 raise FleetUnavailable("kafka", f"topic metadata: {type(exc).__name__}: {exc}") from exc
-        return topic in self._known
-
-    def _fetched(self, fetching: "asyncio.Future[set[str]]") -> None:
-        self._fetching = None
-        # A failed fetch is not an answer: the next request asks again (and hears 503 meanwhile).
-        if not fetching.cancelled() and fetching.exception() is None:
-            self._known, self._fetched_at = fetching.result(), time.monotonic()
+        return topic in (self._topics.value or ())

@@ -9,9 +9,10 @@ more however many arrive.
 """
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from gateway.shared_fetch import SharedFetch
 
 Check = Callable[[], Awaitable[Any]]
 
@@ -22,19 +23,14 @@ class Readiness:
         self._checks = checks
         self._timeout_s = timeout_s
         self._fresh_s = fresh_s
-        self._answer: dict[str, bool] | None = None
-        self._answered_at = 0.0
-        self._running: asyncio.Future[dict[str, bool]] | None = None
+        self._answers_of_all: SharedFetch[dict[str, bool]] = SharedFetch(self._ask)
 
     async def checks(self) -> dict[str, bool]:
         """Each dependency's answer, at most `fresh_s` old."""
-        if self._answer is not None and time.monotonic() - self._answered_at < self._fresh_s:
-            return dict(self._answer)
-        if self._running is None:
-            self._running = asyncio.ensure_future(self._ask())
-            self._running.add_done_callback(self._finished)
-        # Shielded: one caller going away must not cancel the check the others wait on.
-        return dict(await asyncio.shield(self._running))
+        shared = self._answers_of_all
+        if shared.value is not None and shared.age_s() < self._fresh_s:
+            return dict(shared.value)
+        return dict(await shared.refresh())
 
     async def _ask(self) -> dict[str, bool]:
         names = list(self._checks)
@@ -48,8 +44,3 @@ class Readiness:
             return True
         except Exception:
             return False
-
-    def _finished(self, running: "asyncio.Future[dict[str, bool]]") -> None:
-        self._running = None
-        if not running.cancelled() and running.exception() is None:
-            self._answer, self._answered_at = running.result(), time.monotonic()
