@@ -65,7 +65,7 @@ def unpack_map(raw: bytes) -> dict[str, Any]:
     try:
         data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except ValueError as exc:
-        if "for map key" in str(exc):  # valid msgpack, outside the contract: every map key is a string
+        if "for map key" in str(exc) and _is_msgpack(raw):  # valid, but every map key of the contract is a string
             raise WireError(f"invalid fields: a map key is not a string ({str(exc)[:60]})") from exc
         raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
     except Exception as exc:  # msgpack raises several unrelated types for garbage
@@ -78,6 +78,16 @@ def unpack_map(raw: bytes) -> dict[str, Any]:
         raise WireError(f"unsupported schema version v={str(version)[:40]!r}; this worker reads v={SCHEMA_VERSION}",
                         "schema_version")
     return data
+
+
+def _is_msgpack(raw: bytes) -> bool:
+    # Garbage that opens with a map and an int key stops the strict read at that key; only a read
+    # of the whole record tells it from a well-formed one.
+    try:
+        msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception:  # msgpack raises several unrelated types for garbage
+        return False
+    return True
 
 
 def _describe(exc: ValidationError) -> str:
