@@ -73,14 +73,16 @@ async def off_the_loop(threads: Executor | None, batch: FetchedBatch, work: Call
 def timings_of(prepared: Prepared, item: Ready, finished_ms: float, **stages: float) -> dict[str, float]:
     """Where a request's time went, in ms, whoever answered it (the model or a cache tier, whose
     own stages come in `stages`); the gateway and client add their own stages."""
-    fetched = prepared.fetched_ms.get(id(item.record), float(prepared.start_ms))
-    return {
-        "queue_ms": float(max(prepared.start_ms - item.record.timestamp, 0)),
-        "topic_ms": max(fetched - item.record.timestamp, 0.0),
-        "batch_wait_ms": max(prepared.start_ms - fetched, 0.0),
-        **stages,
-        "since_submit_ms": max(finished_ms - item.request.submitted_ms, 0.0),
-    }
+    start = prepared.start_ms
+    produced = item.record.timestamp
+    fetched = prepared.fetched_ms.get(id(item.record), float(start))
+    timings = {"queue_ms": float(start - produced) if start > produced else 0.0,
+               "topic_ms": fetched - produced if fetched > produced else 0.0,
+               "batch_wait_ms": start - fetched if start > fetched else 0.0}
+    timings.update(stages)
+    since_submit = finished_ms - item.request.submitted_ms
+    timings["since_submit_ms"] = since_submit if since_submit > 0 else 0.0
+    return timings
 
 
 def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Backend],

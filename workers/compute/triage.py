@@ -30,8 +30,11 @@ class KafkaRecord(Protocol):
     value: bytes | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Ready:
+    """A request to compute, with the record it came in; one per request, so slotted and not frozen
+    (as workers/delivery/sink.py's Outcome)."""
+
     record: KafkaRecord
     request: Request
     text: str

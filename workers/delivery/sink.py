@@ -11,7 +11,7 @@ holds up its partition. A stored `ok` or `degraded` result is never replaced by 
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgpack
@@ -77,13 +77,17 @@ class HasRecord(Protocol):
     def record(self) -> _Record: ...
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Outcome:
-    """A result and the request it answers (None when the request could not be decoded)."""
+    """A result and the request it answers (None when the request could not be decoded).
+
+    One per request, so slotted and not frozen: a frozen dataclass's `__init__` sets each field
+    through `object.__setattr__`, four times the cost. Nothing changes an outcome once made."""
 
     request: Request | None
     result: Result
     source: tuple[str, int, int] | None = None  # (topic, partition, offset) the request was read from
+    _payload: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, item: "HasRecord", result: Result) -> "Outcome":
@@ -94,13 +98,11 @@ class Outcome:
         """The result as delivered, packed once for Redis and the results topic, stamped with the
         request's tenant so that only that tenant may read it, its embedding in the encoding the
         request asked for."""
-        # Kept in the instance's dict by hand: functools.cached_property takes a lock on every
-        # first read before Python 3.12, a lock per result.
-        packed: bytes | None = self.__dict__.get("_payload")
-        if packed is None:
-            packed = self._pack()
-            object.__setattr__(self, "_payload", packed)
-        return packed
+        # Kept by hand: functools.cached_property needs a __dict__, and before Python 3.12 takes a
+        # lock on every first read, a lock per result.
+        if self._payload is None:
+            self._payload = self._pack()
+        return self._payload
 
     def _pack(self) -> bytes:
         if self.request is None:

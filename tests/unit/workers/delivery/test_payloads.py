@@ -19,7 +19,7 @@ def test_packed_payloads_are_ready_and_match_what_delivery_would_pack() -> None:
     outcomes = [outcome(F32LE), outcome(None)]
     pack_payloads(outcomes)
     for item in outcomes:
-        assert "_payload" in vars(item), "packed before delivery asks for it"
+        assert item._payload is not None, "packed before delivery asks for it"
         assert item.request is not None
         assert item.payload == item.result.encode(tenant="t", embedding_encoding=item.request.embedding_encoding)
     raw, floats = (Result.decode(item.payload) for item in outcomes)
