@@ -22,6 +22,7 @@ SCHEMA_VERSION = 1
 PARAMS_MAX_DEPTH = 8
 PARAMS_BOUNDS = JsonBounds(max_depth=PARAMS_MAX_DEPTH)
 
+_NONE: dict[str, Any] = {}  # a missing map: in bounds (never written to)
 RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
 
@@ -128,7 +129,7 @@ class Request(_Wire):
     def decode(cls, raw: bytes) -> Self:
         data = unpack_map(raw)
         # msgpack's strings are valid UTF-8 already: a map of strings (the usual text request) keeps the bounds.
-        if not (plain_strings(data.get("inputs", {})) and plain_strings(data.get("params", {}))):
+        if not (plain_strings(data.get("inputs", _NONE)) and plain_strings(data.get("params", _NONE))):
             problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
                         for path, problem in bound_problems(data.get(field, {}), PARAMS_BOUNDS, limit=3)]
             if problems:

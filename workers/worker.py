@@ -315,7 +315,8 @@ class Worker(KafkaMember):
         self._activity.handed(len(batch.records) - 1)
         singles = []
         for record, fetched in zip(batch.records, batch.fetched_ms, strict=True):
-            single = FetchedBatch([record], [fetched])
+            single = FetchedBatch()
+            single.add([record], fetched)
             try:
                 singles.append(await self._prepare_batch(single))
             except Exception as exc:

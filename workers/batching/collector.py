@@ -21,6 +21,17 @@ class FetchedBatch:
 
     records: list[ConsumerRecord] = field(default_factory=list)
     fetched_ms: list[float] = field(default_factory=list)
+    size_bytes: int = 0  # of the records' values: whether preparing them is worth a thread, settling a trim
+    oldest_ms: float | None = None  # the earliest record timestamp
+
+    def add(self, records: list[ConsumerRecord], fetched_ms: float) -> None:
+        if not records:
+            return
+        self.records += records
+        self.fetched_ms += [fetched_ms] * len(records)
+        self.size_bytes += sum(len(record.value or b"") for record in records)
+        oldest = min(record.timestamp for record in records)
+        self.oldest_ms = oldest if self.oldest_ms is None else min(self.oldest_ms, oldest)
 
 
 class BatchCollector:
@@ -51,7 +62,7 @@ class BatchCollector:
         fetched_batch = FetchedBatch()
         batch = fetched_batch.records
         while True:
-            oldest = min((record.timestamp for record in batch), default=None)
+            oldest = fetched_batch.oldest_ms
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
             view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
                              model_busy=self._model_has_room is not None and not self._model_has_room.is_set(),
@@ -75,5 +86,4 @@ class BatchCollector:
             records = [record for part in fetched.values() for record in part]
             if not records and not batch:
                 return fetched_batch
-            batch += records
-            fetched_batch.fetched_ms += [time.time() * 1000] * len(records)
+            fetched_batch.add(records, time.time() * 1000)

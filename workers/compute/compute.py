@@ -47,6 +47,7 @@ class Computed:
     records: list[ConsumerRecord]
     outcomes: list[Outcome]
     dead_letters: list[DeadLetter]
+    size_bytes: int = 0  # of the records' values
     expired: int = 0
     computed: int = 0
     inference_ms: float = 0.0
@@ -70,7 +71,8 @@ class Computed:
 
 def compute(prepared: Prepared) -> Computed:
     done = Computed(records=prepared.records, outcomes=list(prepared.triaged.answered),
-                    dead_letters=prepared.triaged.dead_letters, expired=prepared.triaged.expired)
+                    dead_letters=prepared.triaged.dead_letters, size_bytes=prepared.size_bytes,
+                    expired=prepared.triaged.expired)
     real = padded = 0
     lengths: list[int] = []
     for group in prepared.groups:
@@ -143,7 +145,8 @@ def failed(prepared: Prepared, exc: BaseException) -> Computed:
     """The batch answered without the model: what triage and the caches answered stands, every row
     left for the model (and its followers) gets an error naming the failure."""
     done = Computed(records=prepared.records, outcomes=list(prepared.triaged.answered),
-                    dead_letters=prepared.triaged.dead_letters, expired=prepared.triaged.expired)
+                    dead_letters=prepared.triaged.dead_letters, size_bytes=prepared.size_bytes,
+                    expired=prepared.triaged.expired)
     message = f"the worker failed on this batch: {type(exc).__name__}: {str(exc)[:300]}"
     for group in prepared.groups:
         for item in [*group.ready, *(follower for _, follower in group.followers)]:

@@ -53,6 +53,7 @@ class Prepared:
     fetched_ms: dict[int, float]  # id(record) -> when it reached this worker
     triaged: Triage
     start_ms: int
+    size_bytes: int = 0  # of the records' values
     groups: list[VersionGroup] = field(default_factory=list)
     tokenize_ms: float = 0.0
 
@@ -65,7 +66,7 @@ async def off_the_loop(threads: Executor | None, batch: FetchedBatch, work: Call
                        **kwargs: Any) -> T:
     """`work(*args, **kwargs)` in one of `threads` (workers/compute/threads.py), or right here when
     the batch is small."""
-    if sum(len(record.value or b"") for record in batch.records) <= INLINE_BATCH_BYTES:
+    if batch.size_bytes <= INLINE_BATCH_BYTES:
         return work(*args, **kwargs)
     return await in_thread(threads, work, *args, **kwargs)
 
@@ -94,7 +95,8 @@ def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Bac
     # Close deadlines first: when a group is cut into sub-batches, urgent rows lead ties.
     triaged.ready.sort(key=lambda item: item.request.deadline_ms)
     fetched_ms = {id(record): at for record, at in zip(records, batch.fetched_ms, strict=True)}
-    prepared = Prepared(records=records, fetched_ms=fetched_ms, triaged=triaged, start_ms=start_ms)
+    prepared = Prepared(records=records, fetched_ms=fetched_ms, triaged=triaged, start_ms=start_ms,
+                        size_bytes=batch.size_bytes)
     groups: dict[str, VersionGroup] = {}
     for item in triaged.ready:
         backend = serving.pick(item.request.id, item.request.version, resident)
@@ -175,4 +177,4 @@ def unreadable(batch: FetchedBatch, start_ms: int, exc: BaseException, worker: s
     reason = f"the worker could not prepare it: {type(exc).__name__}: {exc}"
     triaged = Triage(dead_letters=[dead_letter(record, reason, "unreadable", worker) for record in batch.records])
     return Prepared(records=batch.records, fetched_ms={id(r): at for r, at in zip(batch.records, batch.fetched_ms)},
-                    triaged=triaged, start_ms=start_ms)
+                    triaged=triaged, start_ms=start_ms, size_bytes=batch.size_bytes)

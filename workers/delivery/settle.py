@@ -69,5 +69,5 @@ class Settler:
                              self._tracer.record(outcomes), record_versions(self._stats, outcomes))
         for item in delivered:
             self._settled(item.batch)
-        if sum(len(record.value or b"") for record in records) > OUTSIZED_BATCH_BYTES:
+        if sum(item.batch.size_bytes for item in delivered) > OUTSIZED_BATCH_BYTES:
             await asyncio.to_thread(return_memory)

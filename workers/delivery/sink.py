@@ -195,6 +195,8 @@ class ResultSink:
                  if outcome.request is not None and outcome.request.reply.topic]
         sends = [(topic, outcome.payload, outcome.result.id.encode()) for outcome, topic in bound]
         refused = await self._produce(sends, turn=turn)
+        if not refused:
+            return []
         by_send = {id(send): outcome for send, (outcome, _) in zip(sends, bound, strict=True)}
         return [_undeliverable(by_send[id(send)], send[0], exc) for send, exc in refused]
 

@@ -114,9 +114,10 @@ class WorkerMetrics:
         if batch.expired:
             series.expired.inc(batch.expired)
         delivered_ms = now_ms()
-        counts = Tally((outcome.result.status.value, outcome.result.cache.value) for outcome in batch.outcomes)
+        # By member, not `.value`: an enum's value is a descriptor lookup, two a result.
+        counts = Tally((outcome.result.status, outcome.result.cache) for outcome in batch.outcomes)
         for (status, cache), count in counts.items():
-            series.result(status, cache).inc(count)
+            series.result(status.value, cache.value).inc(count)
         observe_all(series.end_to_end, [max(delivered_ms - outcome.request.submitted_ms, 0)
                                         for outcome in batch.outcomes if outcome.request is not None], scale=1e-3)
         for letter in batch.dead_letters:
