@@ -6,7 +6,7 @@ from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from workers.batching.collector import BatchCollector
+from workers.batching.collector import BatchCollector, FetchedBatch
 from workers.batching.policy import BatchPolicy
 from workers.settings import BatchPolicyName
 
@@ -55,3 +55,16 @@ async def test_the_batch_takes_no_more_than_the_cap() -> None:
     collector = BatchCollector(consumer, BatchPolicy(25, 1000, BatchPolicyName.fixed))  # type: ignore[arg-type]
     batch = await asyncio.wait_for(collector.next_batch(), 5)
     assert len(batch.records) == 25 and consumer.asked == [25, 15, 5]
+
+
+def test_a_fetched_batch_keeps_its_size_and_oldest_record_as_records_arrive() -> None:
+    def record(offset: int, timestamp: int, value: bytes | None) -> ConsumerRecord[bytes, bytes]:
+        return ConsumerRecord(PARTITION.topic, 0, offset, timestamp, 0, None, value, None, 0, 1, [])
+
+    batch = FetchedBatch()
+    batch.add([], 1.0)
+    assert batch.oldest_ms is None and batch.size_bytes == 0
+    batch.add([record(0, 500, b"abc"), record(1, 300, None)], 10.0)
+    batch.add([record(2, 400, b"de")], 20.0)
+    assert batch.size_bytes == 5 and batch.oldest_ms == 300
+    assert [r.offset for r in batch.records] == [0, 1, 2] and batch.fetched_ms == [10.0, 10.0, 20.0]
