@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from fleet.bench.drain_window import DrainedBeforeFirstPoll, DrainWindow, Poll, Stall
 from fleet.bench.fleet_process import (CpuCounters, CpuSplit, GroupWatch, WorkerProcess, bench_alias, cpu_counters,
                                       process_cpu_s)
 from fleet.bench.load import PhaseSamples, TextCycle, closed_loop, open_loop
@@ -61,6 +62,7 @@ BACKLOG_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
 RESULT_TTL_S = 30
 READY_TIMEOUT_S = 90.0
 POLL_S = 0.05
+STALL_S = 60.0  # no new reply for this long: the drain has failed
 UNLINK_CHUNK = 1_000
 
 
@@ -165,21 +167,29 @@ class Bench:
     async def drain(self, workers: Sequence[WorkerProcess], backlog: Backlog, count: int, preset: str,
                     max_batch: int) -> Row:
         """Replies counted between 10% and 90% of the backlog, and the workers' CPU over the same window."""
-        low, high = math.ceil(count * 0.1), math.floor(count * 0.9)
-        start: tuple[float, int, float] | None = None
-        give_up = time.monotonic() + max(60.0, count / 20)
-        while time.monotonic() < give_up:
-            done, now = int(await self.client.redis.xlen(backlog.stream)), time.monotonic()
-            cpu = sum(process_cpu_s(worker.pid) for worker in workers)
-            if start is None and done >= low:
-                start = (now, done, cpu)
-            if start is not None and done >= high and done > start[1]:
-                served = done - start[1]
+        window, stall = DrainWindow(count), Stall(time.monotonic())
+        while True:
+            poll = Poll(time.monotonic(), int(await self.client.redis.xlen(backlog.stream)),
+                        sum(process_cpu_s(worker.pid) for worker in workers))
+            try:
+                edges = window.see(poll)
+            except DrainedBeforeFirstPoll as exc:
+                raise SystemExit(f"{exc}: too small a backlog to time") from exc
+            if edges is not None:
+                opened, closed = edges
+                served = closed.replies - opened.replies
                 mode = "drain" if len(workers) == 1 else f"drain, {len(workers)} workers"
-                return Row(preset, max_batch, mode, served / (now - start[0]), len(workers) * ceiling(preset, max_batch),
-                           worker_cpu_ms=(cpu - start[2]) * 1000 / served)
+                return Row(preset, max_batch, mode, served / (closed.at - opened.at),
+                           len(workers) * ceiling(preset, max_batch),
+                           worker_cpu_ms=(closed.cpu_s - opened.cpu_s) * 1000 / served)
+            if stall.for_s(poll) > STALL_S:
+                raise SystemExit(f"the workers answered {poll.replies} of {count} requests and then nothing for "
+                                 f"{STALL_S:g} s; Redis evicted {await self.evicted_keys()} keys so far (a full "
+                                 f"Redis drops the reply stream); logs: {workers[0].log_file.parent}")
             await asyncio.sleep(POLL_S)
-        raise SystemExit(f"the workers did not drain {count} requests (logs: {workers[0].log_file.parent})")
+
+    async def evicted_keys(self) -> int:
+        return int((await self.client.redis.info("stats"))["evicted_keys"])
 
     async def closed(self, worker: WorkerProcess, preset: str, max_batch: int) -> Row:
         edges: list[CpuCounters | None] = []
