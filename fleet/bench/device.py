@@ -142,9 +142,10 @@ class Bench:
         finally:
             await consumer.stop()
 
-    async def produce_backlog(self, count: int) -> Backlog:
-        """`count` requests on the bench topic, replies to a fresh waiter's stream and the results topic."""
-        waiter = f"bench-device-{time.time_ns()}"
+    async def produce_backlog(self, count: int, waiter: str | None = None) -> Backlog:
+        """`count` requests on the bench topic, replies to the waiter's stream (a fresh one by default)
+        and the results topic."""
+        waiter = waiter or new_waiter()
         reply = ReplyTo(redis=waiter, topic=RESULTS_TOPIC)
         cycle = TextCycle(self.texts)
         options = RequestOptions(embedding_encoding=self.embedding_encoding)
@@ -164,12 +165,13 @@ class Bench:
             await self.client.redis.unlink(*keys[start:start + UNLINK_CHUNK])
         await self.client.redis.unlink(backlog.stream)
 
-    async def drain(self, workers: Sequence[WorkerProcess], backlog: Backlog, count: int, preset: str,
+    async def drain(self, workers: Sequence[WorkerProcess], stream: str, count: int, preset: str,
                     max_batch: int) -> Row:
-        """Replies counted between 10% and 90% of the backlog, and the workers' CPU over the same window."""
+        """Replies on `stream` counted between 10% and 90% of the backlog, and the workers' CPU over the
+        same window."""
         window, stall = DrainWindow(count), Stall(time.monotonic())
         while True:
-            poll = Poll(time.monotonic(), int(await self.client.redis.xlen(backlog.stream)),
+            poll = Poll(time.monotonic(), int(await self.client.redis.xlen(stream)),
                         sum(process_cpu_s(worker.pid) for worker in workers))
             try:
                 edges = window.see(poll)
@@ -213,7 +215,7 @@ class Bench:
         log = self.logs / f"worker-{preset}-{max_batch}.log"
         with WorkerProcess(self.worker_env(preset, max_batch, delay_ms), log) as worker:
             await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
-            rows = [await self.drain([worker], backlog, count, preset, max_batch)]
+            rows = [await self.drain([worker], backlog.stream, count, preset, max_batch)]
             if loops:
                 rows.append(await self.closed(worker, preset, max_batch))
                 rows.append(await self.open(worker, preset, max_batch, rows[0].req_per_s / 2))
@@ -235,8 +237,15 @@ class Bench:
             for worker in started:
                 await asyncio.to_thread(worker.wait_ready, READY_TIMEOUT_S)
             await self.settled_group(workers)  # the backlog comes once every worker owns its partitions
-            backlog = await self.produce_backlog(count)
-            row = await self.drain(started, backlog, count, preset, max_batch)
+            # Watched from before its first request: four workers answer it as fast as it is produced.
+            waiter = new_waiter()
+            draining = asyncio.create_task(self.drain(started, reply_stream(waiter), count, preset, max_batch))
+            try:
+                backlog = await self.produce_backlog(count, waiter)
+            except BaseException:
+                draining.cancel()
+                raise
+            row = await draining
         await self.forget(backlog)
         print(format_table(HEADERS, [row.cells()]), flush=True)
         return row
@@ -250,6 +259,10 @@ class Bench:
                     raise SystemExit(f"{members} workers did not all join group {BENCH_MODEL}")
                 await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # the last join's rebalance hands the partitions out
+
+
+def new_waiter() -> str:
+    return f"bench-device-{time.time_ns()}"
 
 
 def ceiling(preset: str, max_batch: int) -> float:
