@@ -62,7 +62,7 @@ BACKLOG_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
 RESULT_TTL_S = 30
 READY_TIMEOUT_S = 90.0
 POLL_S = 0.05
-STALL_S = 60.0  # no new reply for this long: the drain has failed
+STALL_S = 20.0  # no new reply for this long: the drain has failed (under RESULT_TTL_S: the stream outlives it)
 UNLINK_CHUNK = 1_000
 
 
@@ -171,8 +171,8 @@ class Bench:
         same window."""
         window, stall = DrainWindow(count), Stall(time.monotonic())
         while True:
-            poll = Poll(time.monotonic(), int(await self.client.redis.xlen(stream)),
-                        sum(process_cpu_s(worker.pid) for worker in workers))
+            replies = int(await self.client.redis.xlen(stream))
+            poll = Poll(time.monotonic(), replies, sum(process_cpu_s(worker.pid) for worker in workers))
             try:
                 edges = window.see(poll)
             except DrainedBeforeFirstPoll as exc:
@@ -185,7 +185,7 @@ class Bench:
                            len(workers) * ceiling(preset, max_batch),
                            worker_cpu_ms=(closed.cpu_s - opened.cpu_s) * 1000 / served)
             if stall.for_s(poll) > STALL_S:
-                raise SystemExit(f"the workers answered {poll.replies} of {count} requests and then nothing for "
+                raise SystemExit(f"the workers answered {stall.replies} of {count} requests and then nothing for "
                                  f"{STALL_S:g} s; Redis evicted {await self.evicted_keys()} keys so far (a full "
                                  f"Redis drops the reply stream); logs: {workers[0].log_file.parent}")
             await asyncio.sleep(POLL_S)
@@ -239,13 +239,10 @@ class Bench:
             await self.settled_group(workers)  # the backlog comes once every worker owns its partitions
             # Watched from before its first request: four workers answer it as fast as it is produced.
             waiter = new_waiter()
-            draining = asyncio.create_task(self.drain(started, reply_stream(waiter), count, preset, max_batch))
-            try:
+            async with asyncio.TaskGroup() as tasks:  # a failed drain stops the producing, and the other way round
+                draining = tasks.create_task(self.drain(started, reply_stream(waiter), count, preset, max_batch))
                 backlog = await self.produce_backlog(count, waiter)
-            except BaseException:
-                draining.cancel()
-                raise
-            row = await draining
+            row = draining.result()
         await self.forget(backlog)
         print(format_table(HEADERS, [row.cells()]), flush=True)
         return row
@@ -312,7 +309,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print(format_table(HEADERS, [row.cells() for row in rows]))
     if scaled:
         print(f"\nScaling on this machine: 1..{max(args.scale_workers)} workers, max batch {args.scale_batch}, "
-              f"{PARTITIONS} partitions, one backlog:\n")
+              f"{PARTITIONS} partitions, one backlog produced while they drain it (the producer shares the cores):\n")
         print(format_table(HEADERS, [row.cells() for row in scaled]))
     print("\nThe seed's §2.2 table (BERT-base, 128 tokens, one A10) with the a10-bert-base preset, backlog drained:\n")
     print(seed_table(seed_rows))

@@ -53,12 +53,13 @@ class DrainWindow:
 
 @dataclass
 class Stall:
-    """How long the replies have not moved."""
+    """How long the replies have not grown. A count that falls is no progress: a reply stream left
+    alone for the results' TTL expires, and its length reads 0."""
 
     since: float
     replies: int = -1
 
     def for_s(self, poll: Poll) -> float:
-        if poll.replies != self.replies:
+        if poll.replies > self.replies:
             self.since, self.replies = poll.at, poll.replies
         return poll.at - self.since

@@ -35,3 +35,11 @@ def test_a_stall_counts_from_the_last_change() -> None:
     assert stall.for_s(poll(1, 5)) == 0
     assert stall.for_s(poll(30, 5)) == 29
     assert stall.for_s(poll(31, 6)) == 0 and stall.for_s(poll(95, 6)) == 64
+
+
+def test_a_reply_stream_that_expired_is_no_progress() -> None:
+    # The bench gives results a 30 s TTL, refreshed on the stream by every write: a stalled drain's
+    # stream expires and reads 0, which must not restart the clock.
+    stall = Stall(since=0.0)
+    assert stall.for_s(poll(1, 12_000)) == 0
+    assert stall.for_s(poll(35, 0)) == 34 and stall.for_s(poll(41, 0)) == 40
