@@ -63,12 +63,17 @@ class _Wire(BaseModel):
 
 def unpack_map(raw: bytes) -> dict[str, Any]:
     """A msgpack map of our schema version, or a WireError saying what it is instead."""
+    key_problem: ValueError | None = None
     try:
         data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except ValueError as exc:
-        if "for map key" in str(exc) and _is_msgpack(raw):  # valid, but every map key of the contract is a string
-            raise WireError(f"invalid fields: a map key is not a string ({str(exc)[:60]})") from exc
-        raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
+        # The strict read stops at the first key that is not a string, before it has seen the rest:
+        # only a lax read of the whole record tells a well-formed one from garbage that opens with a
+        # map and an int key. A well-formed one is then judged as any other, and its key last.
+        data = _lax(raw) if "for map key" in str(exc) else None
+        if data is None:
+            raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
+        key_problem = exc
     except Exception as exc:  # msgpack raises several unrelated types for garbage
         raise WireError(f"not msgpack: {type(exc).__name__}: {str(exc)[:200]}", "not_msgpack") from exc
     if not isinstance(data, dict):
@@ -78,17 +83,17 @@ def unpack_map(raw: bytes) -> dict[str, Any]:
     if type(version) is not int or version != SCHEMA_VERSION:
         raise WireError(f"unsupported schema version v={str(version)[:40]!r}; this worker reads v={SCHEMA_VERSION}",
                         "schema_version")
+    if key_problem is not None:
+        raise WireError(f"invalid fields: a map key is not a string ({str(key_problem)[:60]})") from key_problem
     return data
 
 
-def _is_msgpack(raw: bytes) -> bool:
-    # Garbage that opens with a map and an int key stops the strict read at that key; only a read
-    # of the whole record tells it from a well-formed one.
+def _lax(raw: bytes) -> Any:
+    """The record read with keys of any type; None when it is not msgpack after all."""
     try:
-        msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except Exception:  # msgpack raises several unrelated types for garbage
-        return False
-    return True
+        return None
 
 
 def _describe(exc: ValidationError) -> str:

@@ -103,6 +103,17 @@ def test_garbage_that_opens_with_an_int_key_is_not_msgpack(garbage: bytes) -> No
     assert refused.value.code == "not_msgpack"
 
 
+@pytest.mark.parametrize(("record", "code"), [
+    ({"v": 2, 1: "x"}, "schema_version"),  # the version is what a reader checks first, keys or no keys
+    ([{1: 2}], "not_a_map"),
+    ({"v": 1, "params": {1: 2}}, "invalid_fields"),
+], ids=["other version", "array", "our version"])
+def test_a_record_with_an_int_key_is_judged_as_any_other_first(record: object, code: str) -> None:
+    with pytest.raises(WireError) as refused:
+        Request.decode(msgpack.packb(record))
+    assert refused.value.code == code
+
+
 @pytest.mark.parametrize("field", ["deadline_ms", "submitted_ms"])
 def test_times_beyond_int64_are_refused_as_params_values_are(field: str) -> None:
     request = Request(id="ab" * 16, model="m", inputs={"text": "hi"}, deadline_ms=now_ms() + 1000,
