@@ -11,7 +11,9 @@ runs: a thread would keep answering 200 while the loop that serves Kafka is wedg
     GET /metrics  the worker's Prometheus registry, text format
 
 Probe answers are JSON (see workers/health/probes.py for what they mean). HEAD is answered
-like GET without a body. Each connection carries one request and is closed.
+like GET without a body. Each connection carries one request and is closed. At most
+MAX_CONNECTIONS are served at once: probes and scrapes come one or two at a time, and a flood of
+idle sockets must not take the file descriptors the worker's Kafka and Redis connections need.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from http import HTTPStatus
 from typing import Self
@@ -34,6 +37,10 @@ READINESS_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 PATHS = (*LIVENESS_PATHS, READINESS_PATH, METRICS_PATH)
 READ_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 64
+REFUSALS_LOGGED_EVERY_S = 10.0
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 33\r\n"
+        b"Connection: close\r\n\r\n" b'{"error": "too many connections"}')
 MAX_HEADER_LINES = 100
 JSON = "application/json"
 
@@ -49,6 +56,9 @@ class HealthServer:
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
+        self._open = 0
+        self.refused = 0
+        self._refusals_logged_at = -REFUSALS_LOGGED_EVERY_S
 
     @property
     def port(self) -> int:
@@ -80,6 +90,27 @@ class HealthServer:
         return _json(verdict, HTTPStatus.OK if verdict.ok else HTTPStatus.SERVICE_UNAVAILABLE)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= MAX_CONNECTIONS:
+            self._refuse(writer)
+            return
+        self._open += 1
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self._open -= 1
+
+    def _refuse(self, writer: asyncio.StreamWriter) -> None:
+        """Answered without reading and closed at once: a flood holds no socket longer than this."""
+        self.refused += 1
+        writer.write(BUSY)
+        writer.close()
+        now = time.monotonic()
+        if now - self._refusals_logged_at >= REFUSALS_LOGGED_EVERY_S:
+            self._refusals_logged_at = now
+            log.warning("health port: %d connections open, the most it serves; %d refused so far",
+                        MAX_CONNECTIONS, self.refused)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 method, target = await _request_line(reader)

@@ -12,7 +12,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
 
-from workers.health.endpoints import HealthServer
+from workers.health.endpoints import MAX_CONNECTIONS, HealthServer
 from workers.health.probes import ProcessProbes, WorkerProbes
 from workers.health.supervisor import Supervisor
 from workers.settings import WorkerSettings
@@ -127,3 +127,22 @@ async def test_the_server_answers_probes_metrics_and_refuses_the_rest() -> None:
         assert await raw_request(server.port, b"garbage\r\n\r\n") == b"", "a malformed request is dropped"
         answer = await raw_request(server.port, b"GET /livez HTTP/1.0\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 200 OK") and json.loads(answer.split(b"\r\n\r\n")[1])["live"]
+
+
+async def test_a_flood_of_idle_connections_is_capped_and_probes_answer_once_it_ends() -> None:
+    probes = ProcessProbes("w1")
+    async with HealthServer(probes, CollectorRegistry(), host="127.0.0.1", port=0) as server:
+        idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(MAX_CONNECTIONS)]
+        await asyncio.sleep(0.1)  # all of them accepted, each waiting for a request line
+        # Over the cap a connection is answered before it is read, and closed: a client that reads
+        # first sees why; one that wrote first may see a reset instead. Neither waits.
+        busy = await asyncio.wait_for(raw_request(server.port, b""), 2)
+        assert busy.startswith(b"HTTP/1.1 503") and json.loads(busy.split(b"\r\n\r\n")[1]) == {
+            "error": "too many connections"}
+        assert server.refused == 1
+        for _, writer in idle:
+            writer.close()
+            await writer.wait_closed()
+        await asyncio.sleep(0.2)  # the server sees each close and frees its slot
+        answer = await raw_request(server.port, b"GET /livez HTTP/1.0\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 OK")
