@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from http import HTTPStatus
 from typing import Self
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from common.logs import LogThrottle
 from workers.health.probes import ProcessProbes, Verdict
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,6 @@ METRICS_PATH = "/metrics"
 PATHS = (*LIVENESS_PATHS, READINESS_PATH, METRICS_PATH)
 READ_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 64
-REFUSALS_LOGGED_EVERY_S = 10.0
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 33\r\n"
         b"Connection: close\r\n\r\n" b'{"error": "too many connections"}')
 MAX_HEADER_LINES = 100
@@ -58,7 +57,7 @@ class HealthServer:
         self._server: asyncio.Server | None = None
         self._open = 0
         self.refused = 0
-        self._refusals_logged_at = -REFUSALS_LOGGED_EVERY_S
+        self._refusals = LogThrottle(log)
 
     @property
     def port(self) -> int:
@@ -104,11 +103,8 @@ class HealthServer:
         self.refused += 1
         writer.write(BUSY)
         writer.close()
-        now = time.monotonic()
-        if now - self._refusals_logged_at >= REFUSALS_LOGGED_EVERY_S:
-            self._refusals_logged_at = now
-            log.warning("health port: %d connections open, the most it serves; %d refused so far",
-                        MAX_CONNECTIONS, self.refused)
+        self._refusals.log(logging.WARNING, "busy", "health port: %d connections open, the most it serves; "
+                           "%d refused so far", MAX_CONNECTIONS, self.refused)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
