@@ -4,6 +4,7 @@ ids and padding), length-aware sub-batches, `infer`, and the shapes a warm-up ru
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from itertools import chain
@@ -14,6 +15,7 @@ import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
 from models.backends.base import Encoded, Feeds
+from models.backends.word_memo import WordMemo
 from models.registry import ModelManifest, ModelRegistry
 
 WARMUP_TOKENS = (8, 32, 128)
@@ -45,6 +47,8 @@ class BatchTokenizer:
         self._tokenizer.enable_truncation(max_length=max_length)
         self._tokenizer.no_padding()
         self._plain_ascii = _without_bert_normalizer(self._tokenizer)
+        self._memo = WordMemo.of(self._plain_ascii, max_length) if self._plain_ascii is not None else None
+        self._added = _added_tokens(self._tokenizer)
         self._pad_id = pad_id
         # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
         # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
@@ -66,21 +70,30 @@ class BatchTokenizer:
     def token_rows(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Token ids per text and whether each text was cut at max_length."""
         texts = list(texts)
-        plain = [i for i, text in enumerate(texts) if text.isascii() and text.isprintable()] \
-            if self._plain_ascii is not None else []
-        encodings: list[Encoding | None] = [None] * len(texts)
+        lowered = {i: text.lower() for i, text in enumerate(texts) if text.isascii() and text.isprintable()} \
+            if self._plain_ascii is not None else {}
+        if self._added is not None:
+            # "[CLS]" typed in a text is the special token to the full tokenizer, and not to the plain path.
+            lowered = {i: text for i, text in lowered.items() if not self._added.search(text)}
+        rows: list[tuple[list[int], bool] | None] = [None] * len(texts)
         with self._lock:
-            # Without character offsets, which nothing here reads: a sixth less CPU per text.
+            if self._memo is not None and lowered:
+                for i, row in zip(lowered, self._memo.rows(list(lowered.values())), strict=True):
+                    rows[i] = row
+            plain = [i for i in lowered if rows[i] is None]
             if plain and self._plain_ascii is not None:
-                for i, encoding in zip(plain, self._plain_ascii.encode_batch_fast([texts[i].lower() for i in plain]),
-                                       strict=True):
-                    encodings[i] = encoding
-            rest = [i for i, encoding in enumerate(encodings) if encoding is None]
+                # Without character offsets, which nothing here reads: a sixth less CPU per text.
+                self._fill(rows, plain, self._plain_ascii.encode_batch_fast([lowered[i] for i in plain]))
+            rest = [i for i, row in enumerate(rows) if row is None]
             if rest:
-                for i, encoding in zip(rest, self._tokenizer.encode_batch_fast([texts[i] for i in rest]), strict=True):
-                    encodings[i] = encoding
-        done = [encoding for encoding in encodings if encoding is not None]
-        return [encoding.ids for encoding in done], [bool(encoding.overflowing) for encoding in done]
+                self._fill(rows, rest, self._tokenizer.encode_batch_fast([texts[i] for i in rest]))
+        done = [row for row in rows if row is not None]
+        return [ids for ids, _ in done], [cut for _, cut in done]
+
+    @staticmethod
+    def _fill(rows: list[tuple[list[int], bool] | None], at: list[int], encodings: list[Encoding]) -> None:
+        for i, encoding in zip(at, encodings, strict=True):
+            rows[i] = (encoding.ids, bool(encoding.overflowing))
 
     def encode(self, texts: Sequence[str], bucket_size: int) -> Encoded:
         """Tokenise and group rows of similar length into sub-batches (see Encoded.group)."""
@@ -98,6 +111,13 @@ class BatchTokenizer:
         ids[present] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
         columns = {"input_ids": ids, "attention_mask": present.astype(np.int64), "token_type_ids": np.zeros_like(ids)}
         return {name: columns[name] for name in self._input_names}
+
+
+def _added_tokens(tokenizer: Tokenizer) -> re.Pattern[str] | None:
+    """Finds the tokenizer's added tokens ("[CLS]", "[MASK]", ...) in a lowercased text, whatever
+    their case was; None when it has none."""
+    contents = sorted({token.content.lower() for token in tokenizer.get_added_tokens_decoder().values()})
+    return re.compile("|".join(map(re.escape, contents))) if contents else None
 
 
 def _without_bert_normalizer(tokenizer: Tokenizer) -> Tokenizer | None:

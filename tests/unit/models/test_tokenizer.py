@@ -1,4 +1,4 @@
-"""BatchTokenizer's printable-ASCII path gives the ids the version's full tokenizer gives."""
+"""BatchTokenizer's printable-ASCII path and its word memo give the ids the version's full tokenizer gives."""
 
 import random
 import string
@@ -6,6 +6,7 @@ import string
 import pytest
 from tokenizers import Tokenizer
 
+from models.backends import word_memo
 from models.backends.tokenized import BatchTokenizer
 from tests.built_models import built_registry, resolve_or_skip
 
@@ -16,7 +17,10 @@ AWKWARD = [
     "中文字符 mixed with English", "emoji 🙂 in text", "non\u00a0breaking\u2003spaces", "zero\u200bwidth",
     "soft\u00adhyphen", "e\u0301 combining accent", "ﬁ ligature", "Ⅻ roman numeral", "ß straße STRASSE",
     "İstanbul ǅ titlecase", "x" * 500, " ".join(["word"] * 100), "don't won't can't", "$100 & 50% off #1",
+    "hello [CLS] world", "[MASK]", "x [sep] y", "[Pad]ding", "[UNK] and [unk]", "a" * 101 + " b", "a" * 100,
 ]
+WORDS = ["the", "parcel", "unbelievably", "refund", "reset", "password", "x", "42", "e-mail", "co-op", "ok?!",
+         "pneumonoultramicroscopic", "zzqxj", "don't", "(again)", "#1", "$100"]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +41,15 @@ def random_texts(count: int, seed: int) -> list[str]:
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(count)]
 
 
-@pytest.mark.parametrize("texts", [AWKWARD, random_texts(400, seed=1), random_texts(400, seed=2)],
-                         ids=["awkward", "random-1", "random-2"])
+def word_texts(count: int, seed: int) -> list[str]:
+    """Texts of known words, some of them longer than MAX_LENGTH tokens, some exactly as long."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 40))) for _ in range(count)] + \
+        [" ".join(["word"] * (MAX_LENGTH - 2 + extra)) for extra in (-1, 0, 1)]
+
+
+@pytest.mark.parametrize("texts", [AWKWARD, random_texts(400, seed=1), random_texts(400, seed=2), word_texts(300, seed=3)],
+                         ids=["awkward", "random-1", "random-2", "words"])
 def test_ids_and_truncation_match_the_full_tokenizer(tokenizers: tuple[BatchTokenizer, Tokenizer],
                                                      texts: list[str]) -> None:
     ours, reference = tokenizers
@@ -52,3 +63,41 @@ def test_the_fast_path_is_taken_for_printable_ascii(tokenizers: tuple[BatchToken
     """Guards the point of the path: a lowercasing BertNormalizer is recognised and dropped."""
     ours, _ = tokenizers
     assert ours._plain_ascii is not None and ours._plain_ascii.normalizer is None
+
+
+def test_the_word_memo_gives_the_same_ids_cold_and_warm(tokenizers: tuple[BatchTokenizer, Tokenizer]) -> None:
+    _, reference = tokenizers
+    ours = fresh_tokenizer()
+    texts = word_texts(200, seed=4) + AWKWARD
+    expected = reference.encode_batch(texts)
+    for _ in range(2):
+        ids, truncated = ours.token_rows(texts)
+        assert ids == [encoding.ids for encoding in expected]
+        assert truncated == [bool(encoding.overflowing) for encoding in expected]
+    assert ours._memo is not None and len(ours._memo) >= len(WORDS)
+
+
+def test_a_batch_with_more_new_words_than_the_memo_learns_still_matches(
+        tokenizers: tuple[BatchTokenizer, Tokenizer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past LEARN_PER_BATCH new words, texts with words left unlearnt go to the tokenizer; past
+    MAX_WORDS the memo starts again. Neither changes an id."""
+    _, reference = tokenizers
+    monkeypatch.setattr(word_memo, "LEARN_PER_BATCH", 7)
+    monkeypatch.setattr(word_memo, "MAX_WORDS", 20)
+    ours = fresh_tokenizer()
+    rng = random.Random(5)
+    for _ in range(6):
+        texts = [" ".join("".join(rng.choice("abcdefg") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 6)))
+                 for _ in range(30)]
+        ids, truncated = ours.token_rows(texts)
+        expected = reference.encode_batch(texts)
+        assert ids == [encoding.ids for encoding in expected]
+        assert truncated == [bool(encoding.overflowing) for encoding in expected]
+        assert ours._memo is not None and 0 < len(ours._memo) <= 20
+
+
+def fresh_tokenizer() -> BatchTokenizer:
+    registry = built_registry()
+    manifest = resolve_or_skip(registry, "fp32")
+    return BatchTokenizer(registry.path_of(manifest, manifest.tokenizer_file), max_length=MAX_LENGTH,
+                          input_names=[spec.name for spec in manifest.inputs])
