@@ -79,15 +79,15 @@ def test_the_word_memo_gives_the_same_ids_cold_and_warm(tokenizers: tuple[BatchT
 
 def test_a_batch_with_more_new_words_than_the_memo_learns_still_matches(
         tokenizers: tuple[BatchTokenizer, Tokenizer], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past LEARN_PER_BATCH new words, texts with words left unlearnt go to the tokenizer; past
-    MAX_WORDS the memo starts again. Neither changes an id."""
+    """Past LEARN_PER_BATCH new pieces, texts with pieces left unlearnt go to the tokenizer; past
+    MAX_PIECES the memo starts again. Neither changes an id."""
     _, reference = tokenizers
     monkeypatch.setattr(word_memo, "LEARN_PER_BATCH", 7)
-    monkeypatch.setattr(word_memo, "MAX_WORDS", 20)
+    monkeypatch.setattr(word_memo, "MAX_PIECES", 20)
     ours = fresh_tokenizer()
     rng = random.Random(5)
     for _ in range(6):
-        texts = [" ".join("".join(rng.choice("abcdefg") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 6)))
+        texts = [" ".join("".join(rng.choice("abcdefg?!.-") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 6)))
                  for _ in range(30)]
         ids, truncated = ours.token_rows(texts)
         expected = reference.encode_batch(texts)
