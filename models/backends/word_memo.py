@@ -18,7 +18,8 @@ from itertools import chain
 
 from tokenizers import Tokenizer
 
-MAX_PIECES = 50_000  # ~15 MB; full, the memo starts again (a flood of made-up words only empties it)
+MAX_PIECES = 32_768  # ~24 MB full of words, ~36 MB of punctuation runs; full, the memo starts again
+MAX_PIECE_CHARS = 24  # longer pieces are not learnt (their texts go to the tokenizer): ids are at most this many
 LEARN_PER_BATCH = 256  # a batch's texts with more unknown pieces than this go to the tokenizer
 Row = tuple[list[int], bool]  # a text's ids, and whether they were cut at the length limit
 _PROBE = "a"
@@ -60,7 +61,7 @@ class WordMemo:
     def rows(self, lowered: Sequence[str]) -> list[Row | None]:
         """Per text (lowercased printable ASCII, no added token in it) its ids and whether they were
         cut at the length limit; None for a text with a piece this batch could not learn (past
-        LEARN_PER_BATCH new pieces)."""
+        LEARN_PER_BATCH new pieces, or longer than MAX_PIECE_CHARS)."""
         # Printable ASCII has no whitespace but the space: str.split() cuts where the tokenizer does.
         split = [text.split() for text in lowered]
         rows = [self._row(pieces) for pieces in split]
@@ -68,11 +69,14 @@ class WordMemo:
         if not missing:
             return rows
         known = self._ids
-        unknown = list(dict.fromkeys(piece for i in missing for piece in split[i] if piece not in known))
+        unknown = list(dict.fromkeys(piece for i in missing for piece in split[i]
+                                     if piece not in known and len(piece) <= MAX_PIECE_CHARS))
         if len(known) + min(len(unknown), LEARN_PER_BATCH) > MAX_PIECES:
             known.clear()
-            unknown = list(dict.fromkeys(chain.from_iterable(split[i] for i in missing)))
-        self._learn(unknown[:LEARN_PER_BATCH])
+            unknown = list(dict.fromkeys(piece for piece in chain.from_iterable(split[i] for i in missing)
+                                         if len(piece) <= MAX_PIECE_CHARS))
+        if unknown:
+            self._learn(unknown[:LEARN_PER_BATCH])
         for i in missing:
             rows[i] = self._row(split[i])
         return rows

@@ -75,6 +75,7 @@ def test_the_word_memo_gives_the_same_ids_cold_and_warm(tokenizers: tuple[BatchT
         assert ids == [encoding.ids for encoding in expected]
         assert truncated == [bool(encoding.overflowing) for encoding in expected]
     assert ours._memo is not None and len(ours._memo) >= len(WORDS)
+    assert ours._memo._ids and all(len(piece) <= word_memo.MAX_PIECE_CHARS for piece in ours._memo._ids)
 
 
 def test_a_batch_with_more_new_words_than_the_memo_learns_still_matches(
