@@ -15,7 +15,7 @@ import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
 from models.backends.base import Encoded, Feeds
-from models.backends.word_memo import WordMemo
+from models.backends.word_memo import Row, WordMemo
 from models.registry import ModelManifest, ModelRegistry
 
 WARMUP_TOKENS = (8, 32, 128)
@@ -70,12 +70,13 @@ class BatchTokenizer:
     def token_rows(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Token ids per text and whether each text was cut at max_length."""
         texts = list(texts)
+        # The printable-ASCII texts, lowercased: the plain path's, and the memo's.
         lowered = {i: text.lower() for i, text in enumerate(texts) if text.isascii() and text.isprintable()} \
             if self._plain_ascii is not None else {}
         if self._added is not None:
             # "[CLS]" typed in a text is the special token to the full tokenizer, and not to the plain path.
             lowered = {i: text for i, text in lowered.items() if not self._added.search(text)}
-        rows: list[tuple[list[int], bool] | None] = [None] * len(texts)
+        rows: list[Row | None] = [None] * len(texts)
         with self._lock:
             if self._memo is not None and lowered:
                 for i, row in zip(lowered, self._memo.rows(list(lowered.values())), strict=True):
@@ -91,7 +92,7 @@ class BatchTokenizer:
         return [ids for ids, _ in done], [cut for _, cut in done]
 
     @staticmethod
-    def _fill(rows: list[tuple[list[int], bool] | None], at: list[int], encodings: list[Encoding]) -> None:
+    def _fill(rows: list[Row | None], at: list[int], encodings: list[Encoding]) -> None:
         for i, encoding in zip(at, encodings, strict=True):
             rows[i] = (encoding.ids, bool(encoding.overflowing))
 

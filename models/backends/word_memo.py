@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 MAX_PIECES = 32_768  # ~24 MB full of words, ~36 MB of punctuation runs; full, the memo starts again
 MAX_PIECE_CHARS = 24  # longer pieces are not learnt (their texts go to the tokenizer): ids are at most this many
-LEARN_PER_BATCH = 256  # a batch's texts with more unknown pieces than this go to the tokenizer
+LEARN_PER_BATCH = 256  # new pieces learnt a batch, first come; texts with a piece past them go to the tokenizer
 Row = tuple[list[int], bool]  # a text's ids, and whether they were cut at the length limit
 _PROBE = "a"
 
@@ -28,8 +28,8 @@ _PROBE = "a"
 class WordMemo:
     """Use `of`, which says whether a tokenizer splits and maps text as this memo assumes."""
 
-    def __init__(self, pieces: Tokenizer, prefix: tuple[int, ...], suffix: tuple[int, ...], room: int) -> None:
-        self._pieces = pieces  # no special tokens, no truncation: a piece's ids alone
+    def __init__(self, piece_tokenizer: Tokenizer, prefix: tuple[int, ...], suffix: tuple[int, ...], room: int) -> None:
+        self._piece_tokenizer = piece_tokenizer  # no special tokens, no truncation: a piece's ids alone
         self._prefix = prefix
         self._suffix = suffix
         self._room = room  # ids a text keeps between prefix and suffix
@@ -44,16 +44,18 @@ class WordMemo:
         if config.get("normalizer") is not None or (config.get("pre_tokenizer") or {}).get("type") != "BertPreTokenizer" \
                 or (config.get("model") or {}).get("type") != "WordPiece":
             return None
-        pieces = Tokenizer.from_str(tokenizer.to_str())
-        pieces.no_truncation()
-        pieces.no_padding()
-        alone = tuple(pieces.encode(_PROBE, add_special_tokens=False).ids)
-        framed = tuple(pieces.encode(_PROBE).ids)
+        piece_tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        piece_tokenizer.no_truncation()
+        piece_tokenizer.no_padding()
+        alone = tuple(piece_tokenizer.encode(_PROBE, add_special_tokens=False).ids)
+        framed = tuple(piece_tokenizer.encode(_PROBE).ids)
         at = next((i for i in range(len(framed) - len(alone) + 1) if framed[i:i + len(alone)] == alone), None)
         if not alone or at is None:
             return None
         prefix, suffix = framed[:at], framed[at + len(alone):]
-        return cls(pieces, prefix, suffix, max_length - len(prefix) - len(suffix))
+        room = max_length - len(prefix) - len(suffix)
+        # Below its special tokens' length the tokenizer does not truncate at all; not worth copying.
+        return cls(piece_tokenizer, prefix, suffix, room) if room >= 0 else None
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -97,7 +99,7 @@ class WordMemo:
 
     def _learn(self, pieces: list[str]) -> None:
         # One pre-split sequence: word_ids says which of the pieces each id came from.
-        encoding = self._pieces.encode(pieces, is_pretokenized=True, add_special_tokens=False)
+        encoding = self._piece_tokenizer.encode(pieces, is_pretokenized=True, add_special_tokens=False)
         ids: list[list[int]] = [[] for _ in pieces]
         for piece, token in zip(encoding.word_ids, encoding.ids, strict=True):
             if piece is not None:

@@ -97,6 +97,40 @@ def test_a_batch_with_more_new_words_than_the_memo_learns_still_matches(
         assert ours._memo is not None and 0 < len(ours._memo) <= 20
 
 
+def test_known_texts_are_served_by_the_memo_alone(tokenizers: tuple[BatchTokenizer, Tokenizer]) -> None:
+    """Guards the point of the memo: once it knows a batch's pieces, the tokenizer is not run."""
+    _, reference = tokenizers
+    ours = fresh_tokenizer()
+    texts = word_texts(100, seed=6)
+    ours.token_rows(texts)
+    ours._plain_ascii = _Refuses()  # type: ignore[assignment]
+    ours._tokenizer = _Refuses()  # type: ignore[assignment]
+    ids, truncated = ours.token_rows(texts)
+    expected = reference.encode_batch(texts)
+    assert ids == [encoding.ids for encoding in expected]
+    assert truncated == [bool(encoding.overflowing) for encoding in expected]
+
+
+def test_no_memo_below_the_special_tokens_length() -> None:
+    """max_length 1 leaves no room for [CLS] and [SEP]: the tokenizer then does not truncate, the memo stays out."""
+    registry = built_registry()
+    manifest = resolve_or_skip(registry, "fp32")
+    ours = BatchTokenizer(registry.path_of(manifest, manifest.tokenizer_file), max_length=1,
+                          input_names=[spec.name for spec in manifest.inputs])
+    reference = Tokenizer.from_file(str(registry.path_of(manifest, manifest.tokenizer_file)))
+    reference.enable_truncation(max_length=1)
+    reference.no_padding()
+    texts = ["", "a b", "reset my password?"]
+    expected = reference.encode_batch(texts)
+    assert ours._memo is None
+    assert ours.token_rows(texts) == ([e.ids for e in expected], [bool(e.overflowing) for e in expected])
+
+
+class _Refuses:
+    def encode_batch_fast(self, texts: list[str]) -> list[object]:
+        raise AssertionError(f"the tokenizer ran on {len(texts)} texts")
+
+
 def fresh_tokenizer() -> BatchTokenizer:
     registry = built_registry()
     manifest = resolve_or_skip(registry, "fp32")
