@@ -38,8 +38,7 @@ METRICS_PATH = "/metrics"
 PATHS = (*LIVENESS_PATHS, READINESS_PATH, METRICS_PATH)
 READ_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 64
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 33\r\n"
-        b"Connection: close\r\n\r\n" b'{"error": "too many connections"}')
+BUSY_BODY = json.dumps({"error": "too many connections"}).encode()
 MAX_HEADER_LINES = 100
 JSON = "application/json"
 
@@ -101,7 +100,7 @@ class HealthServer:
     def _refuse(self, writer: asyncio.StreamWriter) -> None:
         """Answered without reading and closed at once: a flood holds no socket longer than this."""
         self.refused += 1
-        writer.write(BUSY)
+        writer.write(_http_response(HTTPStatus.SERVICE_UNAVAILABLE, JSON, BUSY_BODY))
         writer.close()
         self._refusals.log(logging.WARNING, "busy", "health port: %d connections open, the most it serves; "
                            "%d refused so far", MAX_CONNECTIONS, self.refused)
@@ -111,9 +110,7 @@ class HealthServer:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 method, target = await _request_line(reader)
             status, content_type, body = self.respond(method, target)
-            head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: {content_type}\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-            writer.write(head.encode("latin-1") + (b"" if method == "HEAD" else body))
+            writer.write(_http_response(status, content_type, body, head_only=method == "HEAD"))
             await writer.drain()
         except (TimeoutError, ValueError, ConnectionError) as exc:  # a bad or slow client, not our fault
             log.debug("health request dropped: %r", exc)
@@ -132,6 +129,12 @@ async def _request_line(reader: asyncio.StreamReader) -> tuple[str, str]:
         if (await reader.readline()).strip() == b"":
             return method.upper(), target
     raise ValueError("too many header lines")
+
+
+def _http_response(status: HTTPStatus, content_type: str, body: bytes, *, head_only: bool = False) -> bytes:
+    head = (f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    return head.encode("latin-1") + (b"" if head_only else body)
 
 
 def _json(verdict: Verdict, status: HTTPStatus) -> Response:
