@@ -31,3 +31,12 @@ ensure_promtool() {
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; } \
         || log "promtool not installable here; its checks will be skipped"
 }
+
+# Headless Chromium and its driver for the browser tests (the console, the API docs, the docs site):
+# Debian's packages, never a browser download of a test library's own. The tests fail, not skip,
+# where the browser is missing.
+ensure_chromium() {
+    command -v chromium >/dev/null && command -v chromedriver >/dev/null && return 0
+    log "installing chromium and chromedriver (Debian packages, for the browser tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+}
