@@ -43,3 +43,21 @@ def test_the_command_draws_into_another_folder(tmp_path: Path) -> None:
 def test_a_document_of_no_known_bench_is_refused() -> None:
     with pytest.raises(ValueError, match="not a batching, cache or device"):
         kind_of({"rows": [{"something": 1}]})
+
+
+def test_the_batching_bench_writes_json_that_plots(tmp_path: Path) -> None:
+    from fleet.bench.raw import RawThroughput
+    from fleet.bench.report import BenchRow, PhaseSummary, write_json
+    from fleet.bench.stats import LatencySummary
+
+    def phase(per_s: float, p99_ms: float) -> PhaseSummary:
+        return PhaseSummary(per_s, LatencySummary(100, p99_ms / 3, p99_ms / 2, p99_ms, p99_ms), 100, {}, 8.0, {}, {},
+                            {}, 0.0)
+
+    rows = [BenchRow(f"{batch}/10ms", precision, "v1", "fixed", batch, 10.0, 3 * batch, 1, phase(100.0 * batch, 50.0),
+                     50.0 * batch, phase(50.0 * batch, 30.0), RawThroughput(120.0 * batch, (), 1.0, batch, 100), None, ())
+            for precision in ("fp32", "int8") for batch in (1, 8, 32)]
+    path = tmp_path / "batching-test.json"
+    write_json(path, meta={"started": "test"}, workload={}, rows=rows, checks=[], length_aware="not measured")
+    assert kind_of(json.loads(path.read_text())) == "batching"
+    assert plot_beside(path).read_bytes().startswith(PNG_MAGIC)
