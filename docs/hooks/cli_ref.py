@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import inspect
 import re
+import sys
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +18,9 @@ from pathlib import Path
 
 from markdown_table import code, table
 
-SCRIPT_MODULE = re.compile(r"-m ((?:fleet|models|workers|gateway|versions|common)[\w.]*)")
+# A line of a script in scripts/ that runs one of our modules, and the `case` word it sits under, if any.
+SCRIPT_MODULE = re.compile(r"^\s*(?:([\w-]+)\)\s)?[^\n]*?-m ((?:fleet|models|workers|gateway|versions|common)[\w.]*)",
+                           re.MULTILINE)
 
 
 class Captured(Exception):
@@ -41,12 +44,20 @@ def intercepted() -> Iterator[None]:
         argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved  # type: ignore[method-assign]
 
 
-def parser_of(entry: Callable[..., object]) -> argparse.ArgumentParser:
+def parser_of(title: str, entry: Callable[..., object]) -> argparse.ArgumentParser:
+    module = inspect.getmodule(entry)
+    if module is None or "parse_args" not in inspect.getsource(module) and "parse_known_args" not in inspect.getsource(module):
+        # A program that parses no arguments would run if called: it is described, not run.
+        return argparse.ArgumentParser(prog=title, description=(module.__doc__ or "").strip().split("\n")[0] if module else "")
+    saved_argv = sys.argv
+    sys.argv = [title]  # a parser without a prog names itself after argv[0]
     with intercepted():
         try:
             entry([]) if inspect.signature(entry).parameters else entry()
         except Captured as captured:
             return captured.parser
+        finally:
+            sys.argv = saved_argv
     raise RuntimeError(f"{entry.__module__}.{entry.__name__} returned without parsing arguments")
 
 
@@ -64,10 +75,10 @@ def programs(root: Path) -> list[tuple[str, Callable[..., object]]]:
     scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
     found += [(name, entry_point(target)) for name, target in scripts.items() if name != "fleet"]
     for script in sorted((root / "scripts").iterdir()):
-        for module in SCRIPT_MODULE.findall(script.read_text(encoding="utf-8")):
+        for case, module in SCRIPT_MODULE.findall(script.read_text(encoding="utf-8")):
             entry = entry_point(main_module(module))
             if all(entry is not known for _, known in found):
-                found.append((f"scripts/{script.name} ({module})", entry))
+                found.append((f"scripts/{script.name} {case}".rstrip(), entry))
     return found
 
 
@@ -118,7 +129,7 @@ def parser_section(title: str, parser: argparse.ArgumentParser, level: int) -> s
 
 
 def cli_page(root: Path) -> str:
-    sections = [parser_section(title, parser_of(entry), 2) for title, entry in programs(root)]
+    sections = [parser_section(title, parser_of(title, entry), 2) for title, entry in programs(root)]
     intro = ("# Command line\n\nGenerated from the argparse parsers at build time: `fleet` and each command it "
              "runs, the `fleet-worker` and `fleet-gateway` processes, and the modules `scripts/` runs. "
              "Every command also takes `--help`.\n\n")
