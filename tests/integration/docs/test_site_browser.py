@@ -4,7 +4,6 @@ works from its local index, and the plots load. Screenshots of the home page and
 kept under .fleet/screenshots/."""
 
 import json
-import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -43,7 +42,6 @@ def site_url(built_site: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
     assert shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER), "scripts/lib.sh ensure_chromium installs them"
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager: never download a browser or a driver
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900",
@@ -52,7 +50,9 @@ def browser() -> Iterator[webdriver.Chrome]:
                      "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=127.0.0.1"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SE_OFFLINE", "true")  # Selenium Manager: never download a browser or a driver
+        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     try:
         yield driver
     finally:
