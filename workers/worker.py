@@ -48,7 +48,7 @@ from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
 from workers.delivery.sink import Outcome
 from workers.health.faults import FaultInjector
 from workers.health.supervisor import Supervisor, beat_failed
-from workers.membership import KafkaMember, group_consumer
+from workers.membership import KafkaMember, group_consumer, started_consumer
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.tracing import DebugTracer
 from workers.ordered import flatten, in_order
@@ -173,7 +173,7 @@ class Worker(KafkaMember):
         models = serving_set(self.settings, self.faults.wrap(inner), load_version, loader, self.metrics)
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
-            topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
+            topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC], what="worker")
         who = WorkerIdentity(self.worker_id, labels=lambda: self._labels,
                              backlog=lambda: sum(self._collector_backlog().values()))
         self._parts = await assemble(self.settings, who, models=models, loader=loader, redis=self._redis,
@@ -201,13 +201,12 @@ class Worker(KafkaMember):
 
     async def _join(self) -> None:
         """Become a member of the consumer group and start taking records."""
-        self._consumer = group_consumer(
+        self._consumer = await started_consumer(self.settings, "worker", lambda: group_consumer(
             self.settings, self.topic, group=self.group, client_id=self.worker_id,
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
             session_timeout_ms=self.settings.session_timeout_ms,
             # Static membership: a restarted worker gets its partitions back without a rebalance.
-            group_instance_id=self.worker_id if self.settings.static_membership else None)
-        await self._consumer.start()
+            group_instance_id=self.worker_id if self.settings.static_membership else None))
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
                                          model_has_room=self._activity.has_room,
                                          model_working=lambda: self._activity.pending > 0)
