@@ -26,6 +26,7 @@ from common.redis_cluster import AnyRedis
 from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
 from common.logs import LogThrottle
 from gateway.answers import Refusal, retry_after
+from gateway.docs_page import is_docs_path
 from gateway.errors import FleetUnavailable
 from gateway.metrics import Children
 
@@ -207,7 +208,7 @@ class Authenticate:
         self.gatekeeper = gatekeeper
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or is_docs_path(scope["path"]):
             await self.app(scope, receive, send)
             return
         caller = await self.gatekeeper.check(scope["path"], scope["headers"])

@@ -21,7 +21,9 @@ from tests.integration.gateway.gateway_harness import (METRICS_TENANT, TEST_TENA
 MODEL = "gw-auth-model"  # accepted by the gateway, served by no worker
 SOME_ID = "cd" * 16
 GUARDED = [("POST", f"/v1/models/{MODEL}/infer"), ("POST", f"/v1/models/{MODEL}/requests"),
-           ("GET", f"/v1/results/{SOME_ID}"), ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs")]
+           ("GET", f"/v1/results/{SOME_ID}"), ("GET", "/metrics"), ("GET", "/docs/../metrics")]
+# Open to all: they document the API and serve nothing of it (gateway/docs_page.py).
+DOCS = ["/docs", "/openapi.json", "/docs/static/swagger-ui-bundle.js", "/docs/static/swagger-ui.css"]
 
 
 def settings(**changes: object) -> GatewaySettings:
@@ -36,7 +38,7 @@ async def call(http: httpx.AsyncClient, method: str, path: str, headers: dict[st
 @pytest.mark.parametrize("headers", [{"authorization": ""}, {"authorization": "Bearer fk_000000000000_nope"},
                                      {"authorization": "", "x-api-key": "not a key"}, {"authorization": "Basic dXNlcjpwYXNz"},
                                      {"authorization": "Bearer " + "x" * 300}])
-async def test_every_route_but_the_probes_needs_a_valid_key(stack: FleetSettings, headers: dict[str, str]) -> None:
+async def test_every_route_but_the_probes_and_the_docs_needs_a_valid_key(stack: FleetSettings, headers: dict[str, str]) -> None:
     async with in_process(settings()) as http:
         for method, path in GUARDED:
             response = await call(http, method, path, headers)
@@ -44,6 +46,9 @@ async def test_every_route_but_the_probes_needs_a_valid_key(stack: FleetSettings
             assert response.headers["www-authenticate"] == "Bearer"
         assert (await http.get("/healthz", headers=headers)).status_code == 200
         assert (await http.get("/readyz", headers=headers)).json()["auth"] == "required"
+        for path in DOCS:
+            assert (await http.get(path, headers=headers)).status_code == 200, path
+        assert (await http.get("/docs/static/../../metrics", headers=headers)).status_code in (401, 404)
         metrics = await http.metrics()
     assert 'fleet_gateway_auth_failures_total{reason=' in metrics
 
