@@ -152,7 +152,8 @@ def key_directory(settings: GatewaySettings, fleet: FleetClient) -> KeyDirectory
     if not settings.auth_required:
         return None
     return KeyDirectory(lambda: fleet.redis, cache_s=settings.auth_cache_s,
-                        lookup_timeout_s=settings.auth_lookup_timeout_s, keys_file=settings.auth_keys_file)
+                        lookup_timeout_s=settings.auth_lookup_timeout_s, keys_file=settings.auth_keys_file,
+                        outage_grace_s=settings.auth_outage_grace_s)
 
 
 def model_routes(model_requests: ModelRequests) -> APIRouter:
