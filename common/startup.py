@@ -105,7 +105,7 @@ async def waited(what: str, waiting_for: str, step: Callable[[], Awaitable[T]], 
 
 async def open_clients(settings: FleetSettings, exit_stack: AsyncExitStack, redis: AnyRedis | None,
                        producer: AIOKafkaProducer | None, *, topics: list[str], partitions: int,
-                       linger_ms: int, what: str = "process") -> tuple[AnyRedis, AIOKafkaProducer]:
+                       linger_ms: int, what: str = "worker") -> tuple[AnyRedis, AIOKafkaProducer]:
     """Create `topics` if missing, then the clients: the injected ones (tests share theirs), else
     new ones that `exit_stack` closes. Kafka is waited for (see `waited`)."""
     timeout_s = settings.startup_timeout_s

@@ -173,7 +173,7 @@ class Worker(KafkaMember):
         models = serving_set(self.settings, self.faults.wrap(inner), load_version, loader, self.metrics)
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
-            topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC], what="worker")
+            topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
         who = WorkerIdentity(self.worker_id, labels=lambda: self._labels,
                              backlog=lambda: sum(self._collector_backlog().values()))
         self._parts = await assemble(self.settings, who, models=models, loader=loader, redis=self._redis,
