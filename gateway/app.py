@@ -126,8 +126,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     internal_errors = InternalErrors(metrics.internal_errors, settings.retry_after_s)
     model_requests = ModelRequests(settings, fleet, metrics)
 
-    # No redirect for a trailing slash: Starlette builds its Location from the Host header, which
-    # the caller chooses (an open redirect); the route without the slash is documented.
+    # No trailing-slash redirect: Starlette takes its Location from the caller's Host (an open redirect).
     app = GatewayApp(title="Inference fleet gateway", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                      openapi_url=OPENAPI_PATH, default_response_class=SafeJSONResponse, redirect_slashes=False)
     install_docs(app)  # Swagger UI from our own files: /docs works without internet (gateway/docs_page.py)
