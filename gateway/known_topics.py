@@ -63,7 +63,8 @@ class TokenBucket:
 class KnownTopics:
     def __init__(self, fetch: Callable[[], Awaitable[set[str]]],
                  lookup: Callable[[str], Awaitable[bool]] | None = None, *, refresh_s: float = 5.0,
-                 lookups_per_s: float = 20.0, recheck_s: float = 1.0) -> None:
+                 lookups_per_s: float = 20.0, recheck_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`fetch`: the names of every topic in the cluster; `lookup`: whether one topic exists."""
         self._topics = SharedFetch(fetch)
         self._refresh_s = refresh_s
@@ -72,7 +73,8 @@ class KnownTopics:
         self._found: set[str] = set()  # found by a look-up since the last full fetch
         self._missing: OrderedDict[str, float] = OrderedDict()  # name -> when a look-up found it missing
         self._recheck_s = recheck_s
-        self._bucket = TokenBucket(lookups_per_s)
+        self._clock = clock
+        self._bucket = TokenBucket(lookups_per_s, clock=clock)
 
     async def exists(self, topic: str) -> bool:
         """Whether `topic` exists; FleetUnavailable when Kafka does not say."""
@@ -109,7 +111,7 @@ class KnownTopics:
         if exists:
             self._found.add(topic)
         else:
-            self._missing[topic] = time.monotonic()
+            self._missing[topic] = self._clock()
             self._missing.move_to_end(topic)
             while len(self._missing) > MAX_REMEMBERED_MISSES:
                 self._missing.popitem(last=False)
@@ -117,4 +119,4 @@ class KnownTopics:
 
     def _recently_missing(self, topic: str) -> bool:
         at = self._missing.get(topic)
-        return at is not None and time.monotonic() - at < self._recheck_s
+        return at is not None and self._clock() - at < self._recheck_s
