@@ -8,7 +8,7 @@ topics that exist; operators create them (`fleet topics`, or their own tooling).
 What it costs Kafka: the whole topic list is fetched at most once per `refresh_s`, one fetch at
 a time. A name missing from that list costs one metadata look-up for that name alone, so a topic
 created a moment ago is usable at once: one look-up per name at a time (those asking meanwhile
-share it), a name found missing is not asked about again for `recheck_s`, and all look-ups
+share it), a name found missing is not asked about again for `recheck_s` (0.5 s), and all look-ups
 together are bounded in rate (`lookups_per_s`, a token bucket). Past that bound a miss is
 answered from the list, as before: made-up names cannot turn into a flood of metadata requests.
 """
@@ -25,7 +25,8 @@ from gateway.shared_fetch import SharedFetch
 
 # Names recently found missing, remembered so one made-up name cannot spend every look-up.
 MAX_REMEMBERED_MISSES = 1024
-UNKNOWN_TOPIC_OR_PARTITION = 3
+# A topic just created may have no leader yet: it exists all the same.
+EXISTING = frozenset({0, 5})  # no error, LEADER_NOT_AVAILABLE
 
 
 async def topic_exists(client: AIOKafkaClient, name: str) -> bool:
@@ -37,7 +38,7 @@ async def topic_exists(client: AIOKafkaClient, name: str) -> bool:
     for topic in response.topics:
         error_code, topic_name = topic[0], topic[1]
         if topic_name == name:
-            return error_code == 0
+            return error_code in EXISTING
     return False
 
 
@@ -63,7 +64,7 @@ class TokenBucket:
 class KnownTopics:
     def __init__(self, fetch: Callable[[], Awaitable[set[str]]],
                  lookup: Callable[[str], Awaitable[bool]] | None = None, *, refresh_s: float = 5.0,
-                 lookups_per_s: float = 20.0, recheck_s: float = 1.0,
+                 lookups_per_s: float = 20.0, recheck_s: float = 0.5,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`fetch`: the names of every topic in the cluster; `lookup`: whether one topic exists."""
         self._topics = SharedFetch(fetch)

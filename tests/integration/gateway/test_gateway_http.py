@@ -203,6 +203,17 @@ async def test_a_tenant_cannot_create_topics_by_naming_them(gateway_url: str, au
         await admin.close()
 
 
+async def until_brokers_list(topic: str) -> None:
+    admin = new_admin(FleetSettings())
+    await admin.start()
+    try:
+        async with asyncio.timeout(10):
+            while topic not in await admin.list_topics():
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+
+
 async def test_a_results_topic_created_a_moment_ago_is_usable_at_once(gateway_url: str, auth: dict[str, str]) -> None:
     """The gateway's topic list is fresh (it just refused a made-up name), then a topic is created:
     a miss on its name costs a look-up of that name, not a wait for the next full refresh."""
@@ -211,6 +222,7 @@ async def test_a_results_topic_created_a_moment_ago_is_usable_at_once(gateway_ur
         primed = await http.post(f"/v1/models/{MODEL}/requests",
                                  json={"text": "hi", "results_topic": f"fleet.results.made-up-{time.time_ns()}"})
         await ensure_topics(FleetSettings(), [new], 1)
+        await until_brokers_list(new)  # what `fleet topics` users see: the gateway's own list is still stale
         answers = await asyncio.gather(*(http.post(f"/v1/models/{MODEL}/requests",
                                                    json={"text": f"new topic {i}", "results_topic": new})
                                          for i in range(20)))
