@@ -47,7 +47,9 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
                      "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=127.0.0.1"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SE_OFFLINE", "true")  # Selenium Manager: never download a browser or a driver
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     try:
         yield driver
     finally:
