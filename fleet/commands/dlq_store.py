@@ -111,17 +111,27 @@ def _decode(partition: int, offset: int, raw: bytes | None) -> DeadLetterEntry:
     return DeadLetterEntry(partition, offset, letter)
 
 
-async def read_dead_letters(settings: FleetSettings, *, model: str | None = None, code: str | None = None,
-                            refs: Iterable[str] | None = None, limit: int = 200,
-                            per_partition: int = SCAN_PER_PARTITION) -> list[DeadLetterEntry]:
-    """The newest dead letters (up to `per_partition` read per partition), newest first, filtered."""
+def select_letters(entries: Iterable[DeadLetterEntry], *, model: str | None = None, code: str | None = None,
+                   refs: Iterable[str] | None = None, limit: int = 200) -> list[DeadLetterEntry]:
+    """The entries of `model` / `code` / `refs` (None: any), newest first, at most `limit`."""
     wanted = set(refs) if refs is not None else None
-    records = await newest_records(settings, DLQ_TOPIC, per_partition)
-    entries = [_decode(r.partition, r.offset, r.value) for r in records]
     chosen = [e for e in entries if (model is None or e.model == model) and (code is None or e.letter.code == code)
               and (wanted is None or e.ref in wanted)]
     chosen.sort(key=lambda e: (e.letter.time_ms, e.partition, e.offset), reverse=True)
     return chosen[:limit]
+
+
+def decode_records(records: Iterable[Any]) -> list[DeadLetterEntry]:
+    """DLQ consumer records as entries (an unreadable one says so instead of failing the list)."""
+    return [_decode(r.partition, r.offset, r.value) for r in records]
+
+
+async def read_dead_letters(settings: FleetSettings, *, model: str | None = None, code: str | None = None,
+                            refs: Iterable[str] | None = None, limit: int = 200,
+                            per_partition: int = SCAN_PER_PARTITION) -> list[DeadLetterEntry]:
+    """The newest dead letters (up to `per_partition` read per partition), newest first, filtered."""
+    records = await newest_records(settings, DLQ_TOPIC, per_partition)
+    return select_letters(decode_records(records), model=model, code=code, refs=refs, limit=limit)
 
 
 def counts_by_code(entries: Sequence[DeadLetterEntry]) -> list[tuple[str, str, int]]:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from common.auth_keys import create_key, revoke_key, valid_tenant
-from fleet.commands.dlq_store import parse_ends, purge, read_dead_letters, replay
+from fleet.commands.dlq_store import parse_ends, purge, replay, select_letters
 from fleet.commands.rollout import OPERATOR_ACTIONS, operator_action, start_rollout
 from fleet.commands.workers import drain_worker, undrain_worker
 from fleet.console.web import admin_change, back, console_of, render
@@ -65,11 +65,11 @@ async def dlq_replay(request: Request) -> Response:
     refs, code = form.all("ref"), form.one("code") or None
     if not refs and code is None:
         return back("/dlq", "choose dead letters, or a code, to replay")
+    every = await console.letters.entries()
     if refs:
-        entries = await read_dead_letters(console.settings, refs=refs[:MAX_REPLAY], limit=MAX_REPLAY)
+        entries = select_letters(every, refs=refs[:MAX_REPLAY], limit=MAX_REPLAY)
     else:
-        entries = await read_dead_letters(console.settings, model=form.one("model") or None, code=code,
-                                          limit=MAX_REPLAY)
+        entries = select_letters(every, model=form.one("model") or None, code=code, limit=MAX_REPLAY)
     report = await replay(console.settings, console.redis, entries, operator.actor,
                           _reason(form.one("reason"), "replay"), again=form.one("again") == "1")
     skipped = "; ".join(f"{ref}: {why}" for ref, why in report.skipped[:5])

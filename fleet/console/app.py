@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from common.clients import redis_client
 from fleet.console import actions, pages
 from fleet.console.access import COOKIE, Gate, Refused
+from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
 from fleet.console.web import HERE, Console, Forbidden, NotSignedIn, back, console_of, read_form, render
@@ -39,7 +40,7 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = redis_client(settings, socket_connect_timeout=1, socket_timeout=2)
-        console = Console(settings, redis, Gate(settings), LagMonitor(settings))
+        console = Console(settings, redis, Gate(settings), LagMonitor(settings), DeadLetterShelf(settings))
         app.state.console = console
         if sample_lag:
             console.monitor.start()
@@ -47,6 +48,7 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
             yield
         finally:
             await console.monitor.stop()
+            await console.letters.close()
             await redis.aclose()
 
     app = FastAPI(title="fleet console", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

@@ -9,8 +9,8 @@ from fastapi.responses import HTMLResponse
 
 from common.auth_keys import list_keys
 from common.heartbeats import list_workers
-from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, dlq_ends, format_ends,
-                                      letter_fields, read_dead_letters, replay_marks)
+from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, format_ends, letter_fields,
+                                      replay_marks, select_letters)
 from fleet.commands.dlq import replayed_cell
 from fleet.commands.keys import when
 from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
@@ -100,12 +100,12 @@ async def dlq_page(request: Request) -> HTMLResponse:
     model = request.query_params.get("model") or None
     code = request.query_params.get("code") or None
     gathered = Gathered()
-    every = await gathered.read("Kafka", "dead letters", read_dead_letters(console.settings, limit=10_000), [])
-    chosen = [e for e in every if (model is None or e.model == model) and (code is None or e.letter.code == code)][:200]
+    every = await gathered.read("Kafka", "dead letters", console.letters.entries(), [])
+    chosen = select_letters(every, model=model, code=code, limit=200)
     marks = await gathered.read("Redis", "replay marks and the audit log",
                                 replay_marks(console.redis, [e.ref for e in chosen]), {})
     audit = await gathered.read("Redis", "replay marks and the audit log", audit_entries(console.redis), [])
-    ends = await gathered.read("Kafka", "dead letters", dlq_ends(console.settings), {})
+    ends = console.letters.ends
     return render(request, "dlq.html", operator, outages=gathered.outages, model=model or "", code=code or "",
                   counts=counts_by_code(every), letters=[_letter_row(e, replayed_cell(marks.get(e.ref))) for e in chosen],
                   audit=[a | {"time": format_ms(int(a.get("time_ms", "0")))} for a in audit], ends=format_ends(ends))
@@ -116,7 +116,8 @@ async def letter_page(request: Request, ref: str) -> HTMLResponse:
     operator = await operator_of(request)
     console = console_of(request)
     gathered = Gathered()
-    found = await gathered.read("Kafka", "the dead letter", read_dead_letters(console.settings, refs=[ref], limit=1), [])
+    every = await gathered.read("Kafka", "the dead letter", console.letters.entries(), [])
+    found = select_letters(every, refs=[ref], limit=1)
     marks = await gathered.read("Redis", "its replay mark", replay_marks(console.redis, [ref]), {})
     entry = found[0] if found else None
     fields = letter_fields(entry) + [("replayed", replayed_cell(marks.get(ref)))] if entry is not None else []

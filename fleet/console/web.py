@@ -14,6 +14,7 @@ from fastapi.templating import Jinja2Templates
 from common.redis_cluster import AnyRedis
 from fleet.commands.lag import format_duration
 from fleet.console.access import COOKIE, Gate, Operator, Refused
+from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
 from fleet.console.sources import Outage
@@ -32,6 +33,7 @@ class Console:
     redis: AnyRedis
     gate: Gate
     monitor: LagMonitor
+    letters: DeadLetterShelf
 
 
 class NotSignedIn(Exception):
