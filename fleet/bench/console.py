@@ -6,7 +6,8 @@ Writes the heartbeats of `--workers` made-up workers spread over `--models` made
 the stack's Redis, exactly as workers write them (workers/health/heartbeat.py) and kept fresh
 every second, serves the console in this process on a free port, signs in with a fresh key of a
 made-up operator tenant, and times `--loads` sequential loads of each page (after one warm-up
-load each). Target: under 300 ms per page. The heartbeats and the key are removed afterwards.
+load each). Target: under 300 ms per page. The parts the Debug and Shadow pages fetch after they
+are shown are timed too. The heartbeats and the key are removed afterwards.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from schemas.wire import now_ms
 from workers.health.heartbeat import Heartbeat
 
 TENANT = "bench-console-ops"
-PAGES = ("/", "/live/overview", "/versions", "/workers", "/tenants", "/dlq")
+PAGES = ("/", "/live/overview", "/versions", "/workers", "/tenants", "/dlq", "/shadow", "/debug")
+# Parts a page fetches after it is shown (they read a Kafka topic at each load): timed, not held
+# to the page target.
+FRAGMENTS = ("/live/debug", "/live/shadow/minilm-embed")
 TARGET_MS = 300.0
 
 
@@ -67,7 +71,7 @@ async def time_pages(url: str, key: str, loads: int) -> list[tuple[str, ...]]:
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         answer = await client.post("/login", data={"key": key})
         assert answer.status_code == 303, f"sign-in failed: {answer.status_code}"
-        for page in PAGES:
+        for page in PAGES + FRAGMENTS:
             await client.get(page)  # warm-up: first template compile, first Kafka connection
             times = []
             for _ in range(loads):
@@ -76,7 +80,7 @@ async def time_pages(url: str, key: str, loads: int) -> list[tuple[str, ...]]:
                 times.append((time.perf_counter() - started) * 1000)
                 assert response.status_code == 200, f"{page}: {response.status_code}"
             p95 = sorted(times)[max(int(len(times) * 0.95) - 1, 0)]
-            verdict = "ok" if p95 < TARGET_MS else "OVER"
+            verdict = "fills in after" if page in FRAGMENTS else "ok" if p95 < TARGET_MS else "OVER"
             rows.append((page, f"{statistics.median(times):.1f}ms", f"{p95:.1f}ms", f"{max(times):.1f}ms", verdict))
     return rows
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from common.auth_keys import create_key, revoke_key, valid_tenant
+from fleet.commands.debug import switch_off, switch_on
 from fleet.commands.dlq_store import parse_ends, purge, replay, select_letters
 from fleet.commands.rollout import OPERATOR_ACTIONS, operator_action, start_rollout
 from fleet.commands.workers import drain_worker, undrain_worker
@@ -19,6 +20,7 @@ from versions.pointers import VersionPointers
 
 router = APIRouter()
 MAX_REPLAY = 1000
+MAX_DEBUG_MINUTES = 60.0
 
 
 def _reason(form_reason: str, what: str) -> str:
@@ -84,6 +86,17 @@ async def dlq_purge(request: Request) -> Response:
                          _reason(form.one("reason"), "purge"))
     return back("/dlq", "purged; the DLQ now starts at " + (", ".join(f"{p}:{o}" for p, o in sorted(firsts.items()))
                                                             or "-"))
+
+
+@router.post("/debug/{model}")
+async def debug_switch(request: Request, model: str) -> Response:
+    _, form = await admin_change(request)
+    redis = console_of(request).redis
+    if form.one("switch") == "off":
+        return back("/debug", f"{model}: " + ("tracing stopped" if await switch_off(redis, model) else "was not on"))
+    minutes = min(max(float(form.one("minutes") or "5"), 1.0), MAX_DEBUG_MINUTES)
+    await switch_on(redis, model, minutes * 60)
+    return back("/debug", f"{model}: every request traced for {minutes:g} min")
 
 
 @router.post("/tenants/create", response_class=HTMLResponse)

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.clients import redis_client
-from fleet.console import actions, pages
+from fleet.console import actions, pages, tracing_pages
 from fleet.console.access import COOKIE, Gate, Refused
 from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
@@ -55,6 +55,7 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(_sign_in_routes())
     app.include_router(pages.router)
+    app.include_router(tracing_pages.router)
     app.include_router(actions.router)
     _install_handlers(app)
 
@@ -151,4 +152,4 @@ def _install_handlers(app: FastAPI) -> None:
 
 def _page_of(path: str) -> str:
     first = path.strip("/").split("/", 1)[0]
-    return f"/{first}" if first in {"versions", "workers", "dlq", "tenants"} else "/"
+    return f"/{first}" if first in {"versions", "workers", "dlq", "tenants", "debug"} else "/"

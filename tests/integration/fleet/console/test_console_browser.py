@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import asyncio
 import re
 import secrets
 import signal
@@ -18,6 +19,7 @@ from selenium.webdriver.support.ui import Select
 
 from common.auth_keys import IssuedKey
 from common.heartbeats import is_drained
+from fleet.commands.debug import remaining_s, switch_off
 from common.settings import FleetSettings
 from gateway.client import FleetClient
 from models.registry import ModelRegistry
@@ -239,3 +241,26 @@ async def _refusals(console: ConsoleSite, browser: WebDriver, admin: httpx.Clien
     finally:
         assert admin.post("/workers/console-w1/undrain", data={"csrf": admin_token}).status_code == 303
     assert not await is_drained(redis, "console-w1")
+
+
+async def test_debug_traces_switch_on_and_show_redacted_inputs(
+        console: ConsoleSite, browser: WebDriver, console_workers: list[Process], client: FleetClient,
+        producer: AIOKafkaProducer, redis: Redis) -> None:
+    sign_in(browser, console, console.admin_key)
+    browser.get(console.url + "/shadow")
+    assert browser.find_elements(By.ID, f"shadow-{MODEL}")
+    screenshot(browser, "shadow")
+    browser.get(console.url + "/debug")
+    row = browser.find_element(By.CSS_SELECTOR, f"#switches tr[data-model='{MODEL}']")
+    try:
+        assert "every request traced for 5 min" in submit(browser, row.find_element(By.CSS_SELECTOR, "button[value=on]"))
+        assert await remaining_s(redis, MODEL) is not None
+        await asyncio.sleep(2)  # workers re-read the switch every second
+        request = client.build_request(MODEL, SECRET_TEXT, timeout=600, reply=ReplyTo(topic=DEFAULT_RESULTS_TOPIC))
+        await producer.send_and_wait(requests_topic(MODEL), request.encode())
+        traces = wait_for(browser, lambda d: request.id in (text := d.find_element(By.ID, "traces").text) and text,
+                          "the request's trace on the live traces")
+        assert "<email>" in traces and "carol.secret@example.com" not in browser.page_source
+        screenshot(browser, "debug")
+    finally:
+        await switch_off(redis, MODEL)
