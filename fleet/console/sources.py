@@ -18,6 +18,7 @@ from fleet.commands.models import registered_models
 from fleet.commands.workers import state_cell
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
+from fleet.console.throughput import ThroughputMemory, VersionFigures
 from models.registry import ModelRegistry
 from versions.pointers import PointerState, VersionPointers
 
@@ -25,6 +26,7 @@ T = TypeVar("T")
 CALL_TIMEOUT_S = 3.0
 HEALTHY = "healthy"
 SLOW_DRAIN_S = 60.0
+LATE_BEAT_S = 3.0  # workers beat every second; three missed beats are worth a line
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class ModelView:
     pointers: PointerState | None = None
     lag: GroupLag | None = None
     problems: list[str] = field(default_factory=list)
+    figures: list[VersionFigures] = field(default_factory=list)
 
     @property
     def drain_text(self) -> str:
@@ -67,6 +70,8 @@ class ModelView:
 
 
 def worker_problem(worker: WorkerInfo) -> str | None:
+    if worker.age_s > LATE_BEAT_S:
+        return f"worker {worker.worker} has not sent a heartbeat for {worker.age_s:.1f} s"
     if worker.drained:
         return f"worker {worker.worker} is drained: it takes no work until undrained"
     if worker.state != HEALTHY:
@@ -94,7 +99,18 @@ def model_problems(view: ModelView) -> list[str]:
     return problems
 
 
-async def overview(settings: ConsoleSettings, redis: AnyRedis, monitor: LagMonitor,
+async def served_figures(redis: AnyRedis, view: ModelView, memory: ThroughputMemory,
+                         gathered: Gathered) -> list[VersionFigures]:
+    """Recent throughput, p99 and error rate of each version the model's workers serve."""
+    found = []
+    for version in sorted({w.version for w in view.workers if w.version}):
+        figures = await gathered.read("Redis", "workers and pointers", memory.figures(redis, view.name, version), None)
+        if figures is not None:
+            found.append(figures)
+    return found
+
+
+async def overview(settings: ConsoleSettings, redis: AnyRedis, monitor: LagMonitor, memory: ThroughputMemory,
                    gathered: Gathered) -> list[ModelView]:
     """Per model: workers, pointers, lag, problems; models with problems first."""
     registry = ModelRegistry(settings.registry_dir)
@@ -108,6 +124,7 @@ async def overview(settings: ConsoleSettings, redis: AnyRedis, monitor: LagMonit
         view = ModelView(name, [w for w in workers if w.model == name], lag=monitor.latest.get(name))
         if not any(o.server == "Redis" for o in gathered.outages):
             view.pointers = await gathered.read("Redis", "workers and pointers", VersionPointers(redis, name).get(), None)
+            view.figures = await served_figures(redis, view, memory, gathered)
         view.problems = model_problems(view)
         views.append(view)
     views.sort(key=lambda v: (not v.problems, v.name))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -18,6 +18,7 @@ from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
 from fleet.console.sources import Outage
+from fleet.console.throughput import ThroughputMemory
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
@@ -34,6 +35,7 @@ class Console:
     gate: Gate
     monitor: LagMonitor
     letters: DeadLetterShelf
+    throughput: ThroughputMemory = field(default_factory=ThroughputMemory)
 
 
 class NotSignedIn(Exception):

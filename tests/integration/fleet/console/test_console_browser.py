@@ -83,7 +83,7 @@ async def test_overview_shows_both_workers_and_the_lag_rising_then_draining(
         row.get_attribute("data-worker") for row in d.find_elements(By.CSS_SELECTOR, f"#model-{MODEL} tr[data-worker]")},
         "both workers back on the overview")
     text = wait_for(browser, lambda d: d.find_element(By.ID, f"model-{MODEL}").text, "the model's section")
-    assert "time to drain" in text
+    assert "time to drain" in text and "requests in all" in text
     screenshot(browser, "overview")
 
 

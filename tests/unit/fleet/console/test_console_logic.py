@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from common.heartbeats import WorkerInfo
@@ -10,6 +12,7 @@ from fleet.commands.dlq_store import (DeadLetterEntry, counts_by_code, format_en
 from fleet.console.access import Gate, Operator
 from fleet.console.settings import ConsoleSettings, Role
 from fleet.console.sources import ModelView, model_problems
+from fleet.console.throughput import VersionFigures
 from schemas.wire import DeadLetter
 
 
@@ -73,3 +76,10 @@ def test_problems_put_missing_primaries_first_and_name_each_unhealthy_worker() -
     assert problems[0] == "no healthy primary worker serves m1"
     assert "worker w1 is failed" in problems and any("w2 is drained" in p for p in problems)
     assert model_problems(ModelView("m1", [worker("w3")])) == []
+    late = replace(worker("w4"), age_s=4.2)
+    assert model_problems(ModelView("m1", [worker("w3"), late])) == ["worker w4 has not sent a heartbeat for 4.2 s"]
+
+
+def test_version_figures_say_what_is_not_known_yet() -> None:
+    assert VersionFigures("v1", 12, None, None, None).words == "v1: -, -, - (recent); 12 requests in all"
+    assert VersionFigures("v1", 12, 3.25, 0.5, 40.0).words == "v1: 3.2 req/s, p99 40 ms, 50.00% errors (recent); 12 requests in all"
