@@ -74,6 +74,7 @@ async def dlq_replay(request: Request) -> Response:
         entries = select_letters(every, model=form.one("model") or None, code=code, limit=MAX_REPLAY)
     report = await replay(console.settings, console.redis, entries, operator.actor,
                           _reason(form.one("reason"), "replay"), again=form.one("again") == "1")
+    report.skipped += [(ref, "not among the newest dead letters") for ref in sorted(set(refs) - {e.ref for e in entries})]
     skipped = "; ".join(f"{ref}: {why}" for ref, why in report.skipped[:5])
     return back("/dlq", report.summary() + (f" ({skipped})" if skipped else ""))
 

@@ -4,6 +4,7 @@ failures said in words (never a stack trace)."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -22,7 +23,8 @@ from fleet.console.access import COOKIE, Gate, Refused
 from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
-from fleet.console.web import HERE, Console, Forbidden, NotSignedIn, back, console_of, read_form, render
+from fleet.console.web import (HERE, Console, Forbidden, NotSignedIn, back, console_of, read_form, render,
+                               same_origin)
 from models.registry import RegistryError
 from versions.pointers import PointerError
 
@@ -92,6 +94,7 @@ def _sign_in_routes() -> APIRouter:
     @router.post("/login")
     async def login(request: Request) -> Response:
         console = console_of(request)
+        same_origin(request)  # no other site's page signs this browser in with a key of its choosing
         key = (await read_form(request)).one("key")
         try:
             operator = await console.gate.admit(console.redis, key)
@@ -105,6 +108,7 @@ def _sign_in_routes() -> APIRouter:
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
+        same_origin(request)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -118,7 +122,7 @@ def _install_handlers(app: FastAPI) -> None:
             return Response(status_code=401, headers={"HX-Redirect": "/login"})
         if request.method != "GET":
             return render(request, "login.html", None, status_code=401, why=exc.why)
-        return RedirectResponse(f"/login?why={exc.why[:200]}", status_code=303)
+        return RedirectResponse(f"/login?why={quote(exc.why[:200])}", status_code=303)
 
     @app.exception_handler(Forbidden)
     async def forbidden(request: Request, exc: Forbidden) -> Response:
@@ -128,6 +132,8 @@ def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RegistryError)
     @app.exception_handler(ValueError)
     async def refused_change(request: Request, exc: Exception) -> Response:
+        if request.method != "POST":  # a page that fails must not redirect to itself
+            return await unexpected(request, exc)
         return back(_page_of(request.url.path), f"refused: {exc}")
 
     @app.exception_handler(RedisError)
@@ -136,8 +142,10 @@ def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(TimeoutError)
     async def outage(request: Request, exc: Exception) -> Response:
         server = "Redis" if isinstance(exc, RedisError) else "Kafka or Redis"
-        return back(_page_of(request.url.path), f"not done: {server} does not answer ({type(exc).__name__}); "
-                                                "nothing was changed that was not said")
+        words = f"{server} does not answer ({type(exc).__name__})"
+        if request.method != "POST":
+            return render(request, "refused.html", None, status_code=503, why=words + "; try again when it is back")
+        return back(_page_of(request.url.path), f"not done: {words}; nothing was changed that was not said")
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -84,8 +84,16 @@ async def read_form(request: Request) -> Form:
     return Form(parse_qs(body.decode("utf-8", "replace"), max_num_fields=2000))
 
 
+def same_origin(request: Request) -> None:
+    """Forbidden when the browser says the POST comes from another site's page (Origin header)."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden("this form was sent from another site's page")
+
+
 async def admin_change(request: Request) -> tuple[Operator, Form]:
     """The operator and form of a changing POST: an admin, with the CSRF token, or Forbidden."""
+    same_origin(request)
     operator = await operator_of(request)
     form = await read_form(request)
     token = form.one(CSRF_FIELD) or request.headers.get(CSRF_HEADER)

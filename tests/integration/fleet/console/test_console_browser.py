@@ -226,6 +226,9 @@ async def _refusals(console: ConsoleSite, browser: WebDriver, admin: httpx.Clien
     assert refused.status_code == 403 and "CSRF" in refused.text
     forged = admin.post("/workers/console-w1/drain", data={"csrf": "0" * 64})
     assert forged.status_code == 403
+    token = csrf_of(admin.get("/workers").text)
+    elsewhere = admin.post("/workers/console-w1/drain", data={"csrf": token}, headers={"origin": "http://evil.example"})
+    assert elsewhere.status_code == 403  # the right token, sent by another site's page
     page = reader.get("/workers").text
     assert "drain</button>" not in page  # a reader sees no buttons
     assert reader.post("/workers/console-w1/drain", data={"csrf": csrf_of(page)}).status_code == 403
