@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,10 @@ MARK_TTL_S = 30 * 24 * 3600
 AUDIT_STREAM = f"{TOPIC_PREFIX}:dlq:audit"
 AUDIT_MAXLEN = 10_000
 UNREADABLE = "unreadable_letter"
+
+
+def format_time_ms(time_ms: int) -> str:
+    return datetime.fromtimestamp(time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%fZ")[:-4] + "Z" if time_ms else "-"
 
 
 def mark_key(ref: str) -> str:
@@ -247,11 +252,14 @@ async def purge(settings: FleetSettings, redis: AnyRedis, ends: dict[int, int], 
     return {tp.partition: offset for tp, offset in low.items()}
 
 
-def letter_fields(entry: DeadLetterEntry) -> list[tuple[str, str]]:
-    """One letter, field by field, as `fleet dlq show` prints it and the console lists it."""
+def letter_fields(entry: DeadLetterEntry, *, masked: bool = True) -> list[tuple[str, str]]:
+    """One letter, field by field, as `fleet dlq show` prints it and the console lists it
+    (the console shows the masked view on its own, laid out)."""
     letter = entry.letter
-    return [("ref", entry.ref), ("model", entry.model), ("code", letter.code), ("reason", letter.reason),
-            ("source", f"{letter.topic}/{letter.partition}@{letter.offset}"), ("worker", letter.worker or "-"),
-            ("time_ms", str(letter.time_ms)), ("size", str(letter.original_size or "-")),
-            ("replayable", entry.replayable or "yes"),
-            ("masked", json.dumps(entry.masked, ensure_ascii=False, default=str))]
+    fields = [("ref", entry.ref), ("model", entry.model), ("code", letter.code), ("reason", letter.reason),
+              ("source", f"{letter.topic}/{letter.partition}@{letter.offset}"), ("worker", letter.worker or "-"),
+              ("time", format_time_ms(letter.time_ms)), ("size", str(letter.original_size or "-")),
+              ("replayable", entry.replayable or "yes")]
+    if masked:
+        fields.append(("masked", json.dumps(entry.masked, ensure_ascii=False, default=str)))
+    return fields

@@ -189,6 +189,8 @@ async def advance(pointers: VersionPointers, settings: RolloutSettings, actor: s
     state = await pointers.get()
     if not state.active or state.candidate is None:
         raise PointerError(f"{pointers.model} has no active rollout to advance")
+    if state.state == RolloutState.paused:
+        raise PointerError(f"the rollout of {state.candidate} is paused; resume it first")
     plan = RolloutPlan.model_validate_json(state.plan) if state.plan else settings.plan()
     stage = state.stage + 1
     if stage >= len(plan.stages):

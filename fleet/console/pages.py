@@ -120,7 +120,7 @@ async def letter_page(request: Request, ref: str) -> HTMLResponse:
     found = select_letters(every, refs=[ref], limit=1)
     marks = await gathered.read("Redis", "its replay mark", replay_marks(console.redis, [ref]), {})
     entry = found[0] if found else None
-    fields = letter_fields(entry) + [("replayed", replayed_cell(marks.get(ref)))] if entry is not None else []
+    fields = [*letter_fields(entry, masked=False), ("replayed", replayed_cell(marks.get(ref)))] if entry else []
     masked = json.dumps(entry.masked, indent=2, ensure_ascii=False, default=str) if entry is not None else ""
     return render(request, "letter.html", operator, status_code=200 if entry or gathered.outages else 404,
-                  outages=gathered.outages, ref=ref, entry=entry, fields=fields[:-2] + fields[-1:], masked=masked)
+                  outages=gathered.outages, ref=ref, entry=entry, fields=fields, masked=masked)

@@ -159,6 +159,7 @@ async def test_the_rollback_button_moves_the_stable_pointer(
         return submit(browser, form.find_element(By.CSS_SELECTOR, f"button[value='{action}']"))
 
     assert "start done" in act("start", "try int8", int8)
+    assert "advance done" in act("advance", "shadow looked fine") and "at 1%" in browser.find_element(By.ID, "note").text
     assert "promote done" in act("promote", "int8 looks good")
     assert (await VersionPointers(redis, MODEL).get()).stable == int8
     note = act("rollback", "int8 answers drift")
