@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Request
+from starlette.exceptions import HTTPException
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -78,9 +79,12 @@ class Form:
 
 
 async def read_form(request: Request) -> Form:
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        raise Forbidden(f"a form is at most {MAX_FORM_BYTES // 1024} KiB")
+    """The form, read no further than MAX_FORM_BYTES (413 beyond)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413, f"a form is at most {MAX_FORM_BYTES // 1024} KiB")
     return Form(parse_qs(body.decode("utf-8", "replace"), max_num_fields=2000))
 
 

@@ -56,3 +56,6 @@ def test_redis_down_is_said_on_the_login_page(stack: FleetSettings) -> None:
         assert refused.status_code == 401
         assert "Redis does not answer" in refused.text and "Traceback" not in refused.text
         assert console.get("/").status_code == 303  # and nothing else for a caller without a key
+        flood = console.post("/login", content=b"key=" + b"x" * 70_000,
+                             headers={"content-type": "application/x-www-form-urlencoded"})
+        assert flood.status_code == 413  # a form is read no further than its bound
