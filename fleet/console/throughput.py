@@ -25,10 +25,15 @@ class VersionFigures:
 
     @property
     def words(self) -> str:
-        rate = "-" if self.per_s is None else f"{self.per_s:.1f} req/s"
-        errors = "-" if self.error_rate is None else f"{self.error_rate:.2%} errors"
-        p99 = "-" if self.p99_ms is None else f"p99 {self.p99_ms:g} ms"
-        return f"{self.version}: {rate}, {p99}, {errors} (recent); {self.total_requests} requests in all"
+        total = f"{self.total_requests} requests in all"
+        if self.per_s is None:
+            return f"{self.version}: {total}; the recent rate shows after {MIN_WINDOW_S:g} s"
+        recent = [f"{self.per_s:.1f} req/s"]
+        if self.p99_ms is not None:
+            recent.append(f"p99 {self.p99_ms:g} ms")
+        if self.error_rate is not None:
+            recent.append(f"{self.error_rate:.2%} errors")
+        return f"{self.version}: {', '.join(recent)} over the last {MIN_WINDOW_S:g} s or more; {total}"
 
 
 class ThroughputMemory:

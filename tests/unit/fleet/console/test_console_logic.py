@@ -81,5 +81,7 @@ def test_problems_put_missing_primaries_first_and_name_each_unhealthy_worker() -
 
 
 def test_version_figures_say_what_is_not_known_yet() -> None:
-    assert VersionFigures("v1", 12, None, None, None).words == "v1: -, -, - (recent); 12 requests in all"
-    assert VersionFigures("v1", 12, 3.25, 0.5, 40.0).words == "v1: 3.2 req/s, p99 40 ms, 50.00% errors (recent); 12 requests in all"
+    assert VersionFigures("v1", 12, None, None, None).words == "v1: 12 requests in all; the recent rate shows after 10 s"
+    assert VersionFigures("v1", 12, 3.25, 0.5, 40.0).words == \
+        "v1: 3.2 req/s, p99 40 ms, 50.00% errors over the last 10 s or more; 12 requests in all"
+    assert VersionFigures("v1", 12, 0.0, None, None).words == "v1: 0.0 req/s over the last 10 s or more; 12 requests in all"
