@@ -12,6 +12,8 @@
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
     fleet chaos [--quick]           crashes, outages and malformed input under load, on its own stack
     fleet keys create|list|revoke   the gateway's API keys, one tenant each
+    fleet dlq list|show|replay|purge  dead letters, masked; replay them to their request topic
+    fleet console                   the operator's web console (the same functions as these commands)
 """
 
 import argparse
@@ -49,6 +51,8 @@ DELEGATES = {
     "chaos": ("fleet.chaos.cli", "kill, restart, pause and flood the fleet on its own stack under load; "
               "count what was lost"),
     "keys": ("fleet.commands.keys", "the gateway's API keys: create (shown once) | list | revoke"),
+    "dlq": ("fleet.commands.dlq", "dead letters: list | show (masked) | replay to their request topic | purge"),
+    "console": ("fleet.console.main", "the operator's web console: workers, lag, versions, dead letters, tenants"),
 }
 
 

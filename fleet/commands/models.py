@@ -92,10 +92,15 @@ def list_rows(manifests: Sequence[ModelManifest], pointers: PointerState | None)
              m.parent or "-", check_cell(m), markers(m, pointers)) for m in manifests]
 
 
+def registered_models(registry: ModelRegistry) -> list[str]:
+    """The model names with a folder in the registry (`fleet models list` and the console list these)."""
+    if not registry.root.is_dir():
+        return []
+    return sorted(p.name for p in registry.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def cmd_list(settings: FleetSettings, registry: ModelRegistry, model: str | None) -> int:
-    found = sorted(p.name for p in registry.root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-        if registry.root.is_dir() else []
-    names = [model] if model else found
+    names = [model] if model else registered_models(registry)
     if not names:
         print(f"no models registered in {registry.root} (run scripts/build-models)")
         return Exit.OK

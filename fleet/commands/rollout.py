@@ -3,6 +3,7 @@
     fleet rollout start MODEL VERSION [--stages 1,5,20,50,100] [--min-stage-s N] [--shadow-min-s N] [--detach]
     fleet rollout run MODEL          drive a started rollout (after --detach, or when a controller died)
     fleet rollout status MODEL       state, stage, percent, gate figures, last changes
+    fleet rollout advance MODEL      the next traffic stage now (gates not awaited)
     fleet rollout promote MODEL      the candidate becomes stable now
     fleet rollout pause MODEL        hold the traffic split; the stage clock stops
     fleet rollout resume MODEL
@@ -32,9 +33,9 @@ from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table
 from models.registry import ModelRegistry, RegistryError
-from versions.pointers import PointerError, PointerState, VersionPointers
+from versions.pointers import PointerError, PointerState, RolloutState, VersionPointers
 from versions.rollout import RolloutController, RolloutEvent, RolloutOutcome, read_report
-from versions.rollout_gates import RolloutSettings, parse_stages, stage_label
+from versions.rollout_gates import RolloutPlan, RolloutSettings, parse_stages, stage_label
 from versions.stats import StatsWindow, VersionStats, read_shadow
 
 ROW_HEADERS = ("time", "phase", "elapsed", "cand req", "cand err", "cand p99", "stable err", "stable p99",
@@ -179,13 +180,46 @@ async def _status(redis: AnyRedis, settings: RolloutSettings, registry: ModelReg
     return Exit.OK
 
 
+OPERATOR_ACTIONS = ("advance", "promote", "pause", "resume", "rollback")
+
+
+async def advance(pointers: VersionPointers, settings: RolloutSettings, actor: str, reason: str) -> PointerState:
+    """The candidate's next traffic stage now, without waiting for the gates (from shadow: the first
+    stage; from the last stage: promotion). The stages are the rollout's own stored plan."""
+    state = await pointers.get()
+    if not state.active or state.candidate is None:
+        raise PointerError(f"{pointers.model} has no active rollout to advance")
+    if state.state == RolloutState.paused:
+        raise PointerError(f"the rollout of {state.candidate} is paused; resume it first")
+    plan = RolloutPlan.model_validate_json(state.plan) if state.plan else settings.plan()
+    stage = state.stage + 1
+    if stage >= len(plan.stages):
+        return await pointers.promote(actor, reason, expect_candidate=state.candidate)
+    return await pointers.set_rollout(RolloutState.canary, stage, plan.percent_of(stage), actor, reason,
+                                      expect_candidate=state.candidate)
+
+
+async def operator_action(redis: AnyRedis, registry: ModelRegistry, model: str, action: str, actor: str,
+                          reason: str) -> PointerState:
+    """One audited hand on the rollout (`fleet rollout <action>` and the console's buttons)."""
+    pointers = VersionPointers(redis, model, registry)
+    if action == "advance":
+        return await advance(pointers, RolloutSettings(), actor, reason)
+    change = {"promote": pointers.promote, "pause": pointers.pause, "resume": pointers.resume,
+              "rollback": pointers.rollback}[action]
+    return await change(actor, reason)
+
+
+async def start_rollout(redis: AnyRedis, registry: ModelRegistry, model: str, version: str, actor: str,
+                        reason: str, plan: RolloutPlan | None = None) -> PointerState:
+    """Make `version` the candidate in shadow, detached (`fleet rollout start --detach`, the console)."""
+    controller = RolloutController(redis, model, plan or RolloutSettings().plan(), registry)
+    return await controller.start(version, actor, reason)
+
+
 async def _operator(redis: AnyRedis, settings: RolloutSettings, registry: ModelRegistry, args: Any) -> int:
-    pointers = VersionPointers(redis, args.model, registry)
-    actor = args.actor or default_actor()
     reason = args.reason or f"{args.command} by hand"
-    action = {"promote": pointers.promote, "pause": pointers.pause, "resume": pointers.resume,
-              "rollback": pointers.rollback}[args.command]
-    state = await action(actor, reason)
+    state = await operator_action(redis, registry, args.model, args.command, args.actor or default_actor(), reason)
     print(f"{args.model}: {state.state}; stable {state.stable}, candidate {state.candidate or '-'} "
           f"at {state.percent:g}%")
     return Exit.OK
@@ -213,7 +247,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--poll-s", type=float, help="how often to read pointers and stats")
         sub.add_argument("--print-every-s", type=float, default=10.0, help="repeat an unchanged row this often")
     command("status", "where the rollout stands").add_argument("--limit", type=int, default=5)
-    for name, text in (("promote", "the candidate becomes stable now"), ("pause", "hold the traffic split"),
+    for name, text in (("advance", "the next traffic stage now, without waiting for the gates"),
+                       ("promote", "the candidate becomes stable now"), ("pause", "hold the traffic split"),
                        ("resume", "continue a paused rollout"), ("rollback", "all traffic back to stable now")):
         command(name, text)
     return parser

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from common.clients import redis_client
 from common.logs import configure_logging
@@ -86,9 +86,10 @@ async def recent_comparisons(settings: FleetSettings, model: str, last: int) -> 
     return sorted(found, key=lambda c: c.time_ms)
 
 
-async def build_report(settings: ShadowSettings, model: str, candidate: str | None, last: int,
-                       *, worst: int = 10) -> tuple[str, ShadowSnapshot] | None:
-    """The report text and the stats totals, or None when nothing about any candidate is known."""
+async def build_report(settings: FleetSettings, model: str, candidate: str | None, last: int,
+                       *, worst: int = 10, mask: Callable[[str], str] | None = None) -> tuple[str, ShadowSnapshot] | None:
+    """The report text and the stats totals, or None when nothing about any candidate is known.
+    `mask` rewrites each input excerpt first (the console shows them redacted)."""
     redis = redis_client(settings)
     try:
         pointers = await read_pointers(redis, model)
@@ -99,7 +100,8 @@ async def build_report(settings: ShadowSettings, model: str, candidate: str | No
         totals = await read_shadow(redis, model, candidate)
     finally:
         await redis.aclose()
-    mine = [c for c in comparisons if c.shadow_version == candidate]
+    mine = [c if mask is None else c.model_copy(update={"input": mask(c.input)})
+            for c in comparisons if c.shadow_version == candidate]
     stable = pointers.stable or (mine[-1].live_version if mine else None)
     return format_report(model, candidate, stable, totals, summarise(mine, worst=worst), last=last), totals
 

@@ -80,7 +80,8 @@ def _on_one_worker(command: str, description: str, argv: list[str] | None,
     return asyncio.run(with_redis(FleetSettings(), run))
 
 
-async def _drain(redis: AnyRedis, worker: str) -> str:
+async def drain_worker(redis: AnyRedis, worker: str) -> str:
+    """Drain `worker` (`fleet drain` and the console's button); says what happened."""
     already = await is_drained(redis, worker)
     await drain(redis, worker)
     live = any(w.worker == worker for w in await list_workers(redis))
@@ -88,18 +89,19 @@ async def _drain(redis: AnyRedis, worker: str) -> str:
             + ("" if live else " (no live worker with this id; the switch applies when it starts)"))
 
 
-async def _undrain(redis: AnyRedis, worker: str) -> str:
+async def undrain_worker(redis: AnyRedis, worker: str) -> str:
+    """Undrain `worker` (`fleet undrain` and the console's button); says what happened."""
     return "takes work again" if await undrain(redis, worker) else "was not drained"
 
 
 def drain_main(argv: list[str] | None = None) -> int:
     """`fleet drain <worker>`."""
-    return _on_one_worker("drain", "Take a worker out of service until undrained.", argv, _drain)
+    return _on_one_worker("drain", "Take a worker out of service until undrained.", argv, drain_worker)
 
 
 def undrain_main(argv: list[str] | None = None) -> int:
     """`fleet undrain <worker>`."""
-    return _on_one_worker("undrain", "Let a drained worker take work again.", argv, _undrain)
+    return _on_one_worker("undrain", "Let a drained worker take work again.", argv, undrain_worker)
 
 
 if __name__ == "__main__":

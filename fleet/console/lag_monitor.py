@@ -1,0 +1,61 @@
+"""The overview's lag: `collect_lag` (what `fleet lag` runs) sampled in the background, its latest
+figures and a bounded history per group for the plot. Pages read the last sample and never wait
+for Kafka, so a page loads in milliseconds and a Kafka outage costs the lag section alone."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+
+from fleet.commands.lag import GroupLag, collect_lag
+from fleet.console.settings import ConsoleSettings
+
+SAMPLE_TIMEOUT_S = 15.0
+
+
+class LagMonitor:
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.latest: dict[str, GroupLag] = {}
+        self.history: dict[str, deque[tuple[float, int]]] = {}
+        self.problem: str | None = None  # why the last sample failed
+        self.sampled_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="console-lag-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                groups = await asyncio.wait_for(
+                    collect_lag(self.settings, None, self.settings.console_lag_sample_s), SAMPLE_TIMEOUT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an outage of Kafka is shown in words, and sampling goes on
+                self.problem = f"Kafka at {self.settings.kafka_bootstrap} does not answer ({type(exc).__name__})"
+                await asyncio.sleep(self.settings.console_lag_sample_s)
+                continue
+            self.record(groups, time.time())
+
+    def record(self, groups: list[GroupLag], now_s: float) -> None:
+        self.problem = None
+        self.sampled_at = now_s
+        self.latest = {g.group: g for g in groups}
+        for group in groups:
+            points = self.history.setdefault(group.group, deque(maxlen=self.settings.console_history_points))
+            points.append((now_s, group.lag))
+        if len(self.history) > 1000:  # groups come and go; keep the ones still sampled
+            self.history = {k: v for k, v in self.history.items() if k in self.latest}
+
+    def series(self, group: str) -> tuple[list[float], list[int]]:
+        points = list(self.history.get(group, ()))
+        return [t for t, _ in points], [lag for _, lag in points]

@@ -1,0 +1,126 @@
+"""The console's pages (GET): each reads what the matching `fleet` command reads."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from common.auth_keys import list_keys
+from common.heartbeats import list_workers
+from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, format_ends, letter_fields,
+                                      replay_marks, select_letters)
+from fleet.commands.dlq import replayed_cell
+from fleet.commands.keys import when
+from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
+from fleet.commands.rollout import OPERATOR_ACTIONS
+from fleet.console.sources import Gathered, overview, worker_row
+from fleet.console.web import console_of, operator_of, render
+from models.registry import ModelRegistry
+from versions.pointers import VersionPointers
+from versions.rollout import read_report
+
+router = APIRouter()
+
+
+async def _overview_context(request: Request) -> tuple[Gathered, dict[str, object]]:
+    console = console_of(request)
+    gathered = Gathered()
+    views = await overview(console.settings, console.redis, console.monitor, console.throughput, gathered)
+    charts = {v.name: console.monitor.series(v.name) for v in views}
+    return gathered, {"views": views, "rows": {v.name: [worker_row(w) for w in v.workers] for v in views},
+                      "charts": json.dumps(charts).replace("<", "\\u003c"), "sampled_at": format_ms(int(console.monitor.sampled_at * 1000))}
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview_page(request: Request) -> HTMLResponse:
+    operator = await operator_of(request)
+    gathered, context = await _overview_context(request)
+    return render(request, "overview.html", operator, outages=gathered.outages, **context)
+
+
+@router.get("/live/overview", response_class=HTMLResponse)
+async def overview_live(request: Request) -> HTMLResponse:
+    operator = await operator_of(request)
+    gathered, context = await _overview_context(request)
+    return render(request, "overview_live.html", operator, outages=gathered.outages, **context)
+
+
+@router.get("/versions", response_class=HTMLResponse)
+async def versions_page(request: Request) -> HTMLResponse:
+    operator = await operator_of(request)
+    console = console_of(request)
+    registry = ModelRegistry(console.settings.registry_dir)
+    gathered = Gathered()
+    models = []
+    for name in registered_models(registry):
+        pointers = VersionPointers(console.redis, name)
+        state = await gathered.read("Redis", "pointers, rollout gates and history", pointers.get(), None)
+        report = await gathered.read("Redis", "pointers, rollout gates and history", read_report(console.redis, name), None)
+        history = await gathered.read("Redis", "pointers, rollout gates and history", pointers.history(10), [])
+        models.append({"name": name, "versions": list_rows(registry.versions(name), state), "state": state,
+                       "ids": [m.id for m in registry.versions(name)],
+                       "pointers": describe_pointers(state) if state is not None else [],
+                       "report": report, "history": history_rows(history)})
+    return render(request, "versions.html", operator, outages=gathered.outages, models=models,
+                  actions=OPERATOR_ACTIONS)
+
+
+@router.get("/workers", response_class=HTMLResponse)
+async def workers_page(request: Request) -> HTMLResponse:
+    operator = await operator_of(request)
+    gathered = Gathered()
+    workers = await gathered.read("Redis", "workers", list_workers(console_of(request).redis), [])
+    return render(request, "workers.html", operator, outages=gathered.outages, workers=[worker_row(w) | {
+        "model": w.model} for w in workers])
+
+
+@router.get("/tenants", response_class=HTMLResponse)
+async def tenants_page(request: Request) -> HTMLResponse:
+    operator = await operator_of(request)
+    gathered = Gathered()
+    records = await gathered.read("Redis", "keys", list_keys(console_of(request).redis), [])
+    keys = [{"key_id": r.key_id, "tenant": r.tenant, "created": when(r.created_ms), "active": r.active,
+             "state": "active" if r.active else f"revoked {when(r.revoked_ms)}"} for r in records]
+    return render(request, "tenants.html", operator, outages=gathered.outages, keys=keys,
+                  operators=console_of(request).settings.tenant_roles())
+
+
+def _letter_row(entry: DeadLetterEntry, replayed: str) -> dict[str, object]:
+    return {"ref": entry.ref, "time": format_ms(entry.letter.time_ms), "model": entry.model,
+            "code": entry.letter.code, "reason": entry.letter.reason[:120], "replayed": replayed,
+            "replayable": entry.replayable is None}
+
+
+@router.get("/dlq", response_class=HTMLResponse)
+async def dlq_page(request: Request) -> HTMLResponse:
+    operator = await operator_of(request)
+    console = console_of(request)
+    model = request.query_params.get("model") or None
+    code = request.query_params.get("code") or None
+    gathered = Gathered()
+    every = await gathered.read("Kafka", "dead letters", console.letters.entries(), [])
+    chosen = select_letters(every, model=model, code=code, limit=200)
+    marks = await gathered.read("Redis", "replay marks and the audit log",
+                                replay_marks(console.redis, [e.ref for e in chosen]), {})
+    audit = await gathered.read("Redis", "replay marks and the audit log", audit_entries(console.redis), [])
+    ends = console.letters.ends
+    return render(request, "dlq.html", operator, outages=gathered.outages, model=model or "", code=code or "",
+                  counts=counts_by_code(every), letters=[_letter_row(e, replayed_cell(marks.get(e.ref))) for e in chosen],
+                  audit=[a | {"time": format_ms(int(a.get("time_ms", "0")))} for a in audit], ends=format_ends(ends))
+
+
+@router.get("/dlq/letter/{ref}", response_class=HTMLResponse)
+async def letter_page(request: Request, ref: str) -> HTMLResponse:
+    operator = await operator_of(request)
+    console = console_of(request)
+    gathered = Gathered()
+    every = await gathered.read("Kafka", "the dead letter", console.letters.entries(), [])
+    found = select_letters(every, refs=[ref], limit=1)
+    marks = await gathered.read("Redis", "its replay mark", replay_marks(console.redis, [ref]), {})
+    entry = found[0] if found else None
+    fields = [*letter_fields(entry, masked=False), ("replayed", replayed_cell(marks.get(ref)))] if entry else []
+    masked = json.dumps(entry.masked, indent=2, ensure_ascii=False, default=str) if entry is not None else ""
+    return render(request, "letter.html", operator, status_code=200 if entry or gathered.outages else 404,
+                  outages=gathered.outages, ref=ref, entry=entry, fields=fields, masked=masked)

@@ -1,0 +1,39 @@
+"""The console's settings: where it listens, which tenants may use it and with which role."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, SecretStr
+
+from common.settings import FleetSettings
+
+
+class Role(StrEnum):
+    read = "read"  # every page, no button
+    admin = "admin"  # every page and every action
+
+
+class ConsoleSettings(FleetSettings):
+    console_host: str = Field("127.0.0.1", description="Address the console listens on")
+    console_port: int = Field(8090, ge=1, le=65535, description="Port the console listens on")
+    console_tenants: str = Field("", description="Operator tenants allowed in, comma-separated `tenant:role` "
+                                 "(role admin or read; a bare tenant is read-only), e.g. `ops:admin,oncall:read`. "
+                                 "Their keys are the gateway's (`fleet keys create --tenant ops`)")
+    console_https: bool = Field(False, description="The console is reached over https (directly or behind a "
+                                "proxy): its cookie is marked Secure")
+    console_secret: SecretStr | None = Field(None, description="Signs the CSRF tokens; set the same value on "
+                                             "every replica behind one address (default: random per process)")
+    console_lag_sample_s: float = Field(3.0, gt=0, description="Seconds between the lag samples of the overview")
+    console_history_points: int = Field(1200, ge=10, le=100_000, description="Lag samples kept per group for the "
+                                        "history plot (1200 at 3 s: the last hour)")
+    console_offline_grace_s: float = Field(300.0, ge=0, description="While Redis is down, a key checked within this "
+                                           "long stays signed in (no key can be revoked while Redis is down)")
+
+    def tenant_roles(self) -> dict[str, Role]:
+        roles: dict[str, Role] = {}
+        for item in self.console_tenants.split(","):
+            tenant, _, role = item.strip().partition(":")
+            if tenant:
+                roles[tenant] = Role(role.strip() or Role.read)
+        return roles

@@ -1,0 +1,137 @@
+"""What each page shows, read through the functions the `fleet` commands call; an unreachable
+Redis or Kafka becomes an `Outage` in words for its section, and the rest of the page stays."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
+
+from common.heartbeats import WorkerInfo, list_workers
+from common.redis_cluster import AnyRedis
+from fleet.commands.lag import GroupLag, format_duration
+from fleet.commands.models import registered_models
+from fleet.commands.workers import state_cell
+from fleet.console.lag_monitor import LagMonitor
+from fleet.console.settings import ConsoleSettings
+from fleet.console.throughput import ThroughputMemory, VersionFigures
+from models.registry import ModelRegistry
+from versions.pointers import PointerState, VersionPointers
+
+T = TypeVar("T")
+CALL_TIMEOUT_S = 3.0
+HEALTHY = "healthy"
+SLOW_DRAIN_S = 60.0
+LATE_BEAT_S = 3.0  # workers beat every second; three missed beats are worth a line
+
+
+@dataclass(frozen=True)
+class Outage:
+    server: str
+    cannot_show: str
+    detail: str
+
+    @property
+    def words(self) -> str:
+        return f"{self.server} does not answer ({self.detail}): {self.cannot_show} cannot be shown."
+
+
+class Gathered:
+    """Collects outages while a page reads its sources."""
+
+    def __init__(self) -> None:
+        self.outages: list[Outage] = []
+
+    async def read(self, server: str, cannot_show: str, call: Awaitable[T], default: T) -> T:
+        try:
+            return await asyncio.wait_for(call, CALL_TIMEOUT_S)
+        except (RedisError, KafkaError, OSError, TimeoutError) as exc:
+            if not any(o.server == server and o.cannot_show == cannot_show for o in self.outages):
+                self.outages.append(Outage(server, cannot_show, type(exc).__name__))
+            return default
+
+
+@dataclass
+class ModelView:
+    name: str
+    workers: list[WorkerInfo] = field(default_factory=list)
+    pointers: PointerState | None = None
+    lag: GroupLag | None = None
+    problems: list[str] = field(default_factory=list)
+    figures: list[VersionFigures] = field(default_factory=list)
+
+    @property
+    def drain_text(self) -> str:
+        return "-" if self.lag is None else format_duration(self.lag.drain_s)
+
+
+def worker_problem(worker: WorkerInfo) -> str | None:
+    if worker.age_s > LATE_BEAT_S:
+        return f"worker {worker.worker} has not sent a heartbeat for {worker.age_s:.1f} s"
+    if worker.drained:
+        return f"worker {worker.worker} is drained: it takes no work until undrained"
+    if worker.state != HEALTHY:
+        why = f" ({worker.reason})" if worker.reason else ""
+        return f"worker {worker.worker} is {worker.state}{why}"
+    return None
+
+
+def lag_problem(lag: GroupLag) -> str | None:
+    if lag.lag and lag.drain_s == float("inf"):
+        return f"group {lag.group} is stalled: {lag.lag} records behind and not moving"
+    if lag.drain_s > SLOW_DRAIN_S:
+        return f"group {lag.group} is {lag.lag} records behind, {format_duration(lag.drain_s)} to drain"
+    return None
+
+
+def model_problems(view: ModelView) -> list[str]:
+    problems = [p for w in view.workers if (p := worker_problem(w)) is not None]
+    if not any(w.serving_primary for w in view.workers):
+        problems.insert(0, f"no healthy primary worker serves {view.name}")
+    if view.lag is not None and (p := lag_problem(view.lag)) is not None:
+        problems.append(p)
+    if view.pointers is not None and view.pointers.state == "paused":
+        problems.append(f"the rollout of {view.pointers.candidate} is paused: {view.pointers.reason}")
+    return problems
+
+
+async def served_figures(redis: AnyRedis, view: ModelView, memory: ThroughputMemory,
+                         gathered: Gathered) -> list[VersionFigures]:
+    """Recent throughput, p99 and error rate of each version the model's workers serve."""
+    found = []
+    for version in sorted({w.version for w in view.workers if w.version}):
+        figures = await gathered.read("Redis", "workers and pointers", memory.figures(redis, view.name, version), None)
+        if figures is not None:
+            found.append(figures)
+    return found
+
+
+async def overview(settings: ConsoleSettings, redis: AnyRedis, monitor: LagMonitor, memory: ThroughputMemory,
+                   gathered: Gathered) -> list[ModelView]:
+    """Per model: workers, pointers, lag, problems; models with problems first."""
+    registry = ModelRegistry(settings.registry_dir)
+    workers = await gathered.read("Redis", "workers and pointers", list_workers(redis), [])
+    names = set(registered_models(registry)) | {w.model for w in workers} | set(monitor.latest)
+    names = {n for n in names if "." not in n}  # shadow groups (model.shadow) show under their model
+    if monitor.problem is not None:
+        gathered.outages.append(Outage("Kafka", "consumer-group lag and its history", monitor.problem))
+    views = []
+    for name in sorted(names):
+        view = ModelView(name, [w for w in workers if w.model == name], lag=monitor.latest.get(name))
+        if not any(o.server == "Redis" for o in gathered.outages):
+            view.pointers = await gathered.read("Redis", "workers and pointers", VersionPointers(redis, name).get(), None)
+            view.figures = await served_figures(redis, view, memory, gathered)
+        view.problems = model_problems(view)
+        views.append(view)
+    views.sort(key=lambda v: (not v.problems, v.name))
+    return views
+
+
+def worker_row(worker: WorkerInfo) -> dict[str, Any]:
+    return {"worker": worker.worker, "role": worker.role, "device": worker.device, "state": state_cell(worker),
+            "healthy": worker.state == HEALTHY and not worker.drained, "version": worker.version,
+            "lag": worker.lag, "age": f"{worker.age_s:.1f}s ago", "drained": worker.drained}

@@ -1,0 +1,87 @@
+"""The console's pure logic: roles, CSRF tokens, dead-letter selection, problems in words."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from common.heartbeats import WorkerInfo
+from fleet.commands.dlq_store import (DeadLetterEntry, counts_by_code, format_ends, model_of_topic, parse_ends,
+                                      parse_ref, select_letters)
+from fleet.console.access import Gate, Operator
+from fleet.console.settings import ConsoleSettings, Role
+from fleet.console.sources import ModelView, model_problems
+from fleet.console.throughput import VersionFigures
+from schemas.wire import DeadLetter
+
+
+def letter(partition: int, offset: int, code: str, topic: str = "fleet.requests.m1", time_ms: int = 1,
+           original: bytes | None = b"x") -> DeadLetterEntry:
+    return DeadLetterEntry(partition, offset, DeadLetter(reason="r", code=code, topic=topic, partition=0, offset=0,
+                                                         original=original, time_ms=time_ms))
+
+
+def worker(name: str, state: str = "healthy", drained: bool = False) -> WorkerInfo:
+    return WorkerInfo(worker=name, model="m1", role="primary", device="cpu", state=state, reason="", version="v",
+                      lag=0, beat_ms=0, age_s=0.1, drained=drained)
+
+
+def test_tenant_roles_default_to_read_and_refuse_unknown_roles() -> None:
+    settings = ConsoleSettings(console_tenants="ops:admin, watch ,night:read")
+    assert settings.tenant_roles() == {"ops": Role.admin, "watch": Role.read, "night": Role.read}
+    with pytest.raises(ValueError):
+        ConsoleSettings(console_tenants="ops:root").tenant_roles()
+
+
+def test_a_csrf_token_belongs_to_one_key_and_one_secret() -> None:
+    settings = ConsoleSettings(console_tenants="ops:admin", console_secret="s1")
+    gate = Gate(settings)
+    alice = Operator("ops", "k1", Role.admin, "digest-a")
+    bob = Operator("ops", "k2", Role.admin, "digest-b")
+    assert gate.csrf_ok(alice, gate.csrf_token(alice))
+    assert not gate.csrf_ok(bob, gate.csrf_token(alice))
+    assert not gate.csrf_ok(alice, None) and not gate.csrf_ok(alice, "")
+    other = Gate(ConsoleSettings(console_tenants="ops:admin", console_secret="s2"))
+    assert not other.csrf_ok(alice, gate.csrf_token(alice))
+
+
+def test_letters_are_selected_newest_first_by_model_code_and_ref() -> None:
+    entries = [letter(0, 1, "a", time_ms=10), letter(1, 5, "b", time_ms=30), letter(0, 2, "a", time_ms=20),
+               letter(2, 0, "a", topic="fleet.requests.m2.cpu", time_ms=40)]
+    assert [e.ref for e in select_letters(entries, code="a")] == ["2:0", "0:2", "0:1"]
+    assert [e.ref for e in select_letters(entries, model="m1", code="a", limit=1)] == ["0:2"]
+    assert [e.ref for e in select_letters(entries, refs=["1:5"])] == ["1:5"]
+    assert counts_by_code(entries)[0] == ("m1", "a", 2)
+
+
+def test_only_whole_originals_bound_for_a_request_topic_are_replayable() -> None:
+    assert letter(0, 0, "a").replayable is None
+    assert "masked view" in (letter(0, 0, "a", original=None).replayable or "")
+    assert "not a request topic" in (letter(0, 0, "a", topic="fleet.results").replayable or "")
+    assert model_of_topic("fleet.requests.m2.cpu") == "m2" and model_of_topic("other") is None
+
+
+def test_refs_and_ends_parse_and_refuse_garbage() -> None:
+    assert parse_ref("3:17") == (3, 17)
+    assert parse_ends(format_ends({1: 5, 0: 2})) == {0: 2, 1: 5}
+    for bad in ("3", "a:1", "1:-2", ""):
+        with pytest.raises(ValueError):
+            parse_ref(bad)
+
+
+def test_problems_put_missing_primaries_first_and_name_each_unhealthy_worker() -> None:
+    view = ModelView("m1", [worker("w1", state="failed"), worker("w2", drained=True)])
+    problems = model_problems(view)
+    assert problems[0] == "no healthy primary worker serves m1"
+    assert "worker w1 is failed" in problems and any("w2 is drained" in p for p in problems)
+    assert model_problems(ModelView("m1", [worker("w3")])) == []
+    late = replace(worker("w4"), age_s=4.2)
+    assert model_problems(ModelView("m1", [worker("w3"), late])) == ["worker w4 has not sent a heartbeat for 4.2 s"]
+
+
+def test_version_figures_say_what_is_not_known_yet() -> None:
+    assert VersionFigures("v1", 12, None, None, None).words == "v1: 12 requests in all; the recent rate shows after 10 s"
+    assert VersionFigures("v1", 12, 3.25, 0.5, 40.0).words == \
+        "v1: 3.2 req/s, p99 40 ms, 50.00% errors over the last 10 s or more; 12 requests in all"
+    assert VersionFigures("v1", 12, 0.0, None, None).words == "v1: 0.0 req/s over the last 10 s or more; 12 requests in all"
