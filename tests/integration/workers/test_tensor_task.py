@@ -72,6 +72,8 @@ async def test_the_client_gets_the_tensors_onnx_runtime_gives(tensor_worker: Wor
     result = await client.infer(TENSOR_MODEL, {"x": x, "scale": scale})
     assert_equal_to_direct(result, x, scale)
     assert result.version == tensor_worker.backend.manifest.id and result.batch_size >= 1
+    info = {"model": TENSOR_MODEL, "version": result.version, "task": "tensor", "precision": "fp32"}
+    assert tensor_worker.metrics.registry.get_sample_value("fleet_model_info", info) == 1
 
 
 async def test_requests_of_several_rows_share_batches_and_get_their_own_rows(
