@@ -66,3 +66,20 @@ def test_results_turn_into_json_and_callers_arrays_into_tensors() -> None:
     assert tensors_as_json(outputs) == {"tensors": {"y": {"dtype": "float32", "shape": [1, 2], "data": [[0.5, 1.5]]}}}
     assert inputs_map("hi") == {"text": "hi"}
     assert inputs_map({"x": np.zeros((1, 3), np.float32), "query": "q"})["x"]["shape"] == [1, 3]
+
+
+def test_the_readme_tensor_example_is_what_the_encoder_writes() -> None:
+    import re
+
+    from schemas.wire import ReplyTo, Request
+    from tests.paths import REPO_ROOT
+
+    block = (REPO_ROOT / "schemas" / "README.md").read_text().split("encodes to these 203 bytes")[1].split("```")[1]
+    documented = bytes.fromhex("".join(re.findall(r"[0-9a-f]{2}", block)))
+    request = Request(id="0123456789abcdef0123456789abcdef", model="tiny-tensor",
+                      inputs={"x": encode_tensor(np.array([[1.0, -2.0]], np.float32))},
+                      reply=ReplyTo(topic="fleet.results"), deadline_ms=1798761600000, submitted_ms=1798761590000)
+    assert request.encode() == documented and len(documented) == 203
+    assert documented[69] == 0x83 and documented.find(bytes.fromhex("c408")) == 98
+    assert decode_inputs(Request.decode(documented).inputs, (CardTensor(name="x", datatype="FP32", shape=(-1, 2)),))[
+        "x"].tolist() == [[1.0, -2.0]]
