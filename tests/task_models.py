@@ -11,12 +11,18 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from models.build.graph import describe_io
+from schemas.wire import DeadLetter
 from models.registry import AccuracyCheck, ImportSource, ModelManifest, ModelRegistry, hash_files, sha256_of
 
 TENSOR_MODEL = "tiny-tensor"
 ONNX_FILE = "model.onnx"
 # The weights of the tensor model: y = (x @ W) * scale, total = sum(x, axis 1).
 WEIGHTS = np.arange(8, dtype=np.float32).reshape(4, 2) / 8 - 0.3
+
+
+def letter_ids(values: list[bytes]) -> list[str]:
+    """The request ids of dead letters read off fleet.dlq (other tests' letters may be among them)."""
+    return [str((DeadLetter.decode(value).masked or {}).get("id")) for value in values]
 
 
 def tensor_graph() -> onnx.ModelProto:

@@ -26,11 +26,14 @@ from schemas.tensors import output_tensors
 from schemas.wire import DeadLetter, Result, Status, new_request_id, now_ms
 from tests.integration.conftest import end_offsets, read_from, serving
 from tests.integration.gateway.gateway_harness import GatewayHttp, in_process
-from tests.task_models import TENSOR_MODEL, register_onnx, tensor_graph
+from tests.task_models import TENSOR_MODEL, letter_ids, register_onnx, tensor_graph
 from workers.settings import WorkerSettings
 from workers.worker import Worker
 
 RNG = np.random.default_rng(23)
+# Their own topics and groups: no other worker of this module answers them.
+CACHED_MODEL = "tiny-tensor-cached"
+BURST_MODEL = "tiny-tensor-burst"
 
 
 def direct(x: np.ndarray, scale: np.ndarray) -> dict[str, np.ndarray]:
@@ -56,6 +59,8 @@ def assert_equal_to_direct(result: Result | None, x: np.ndarray, scale: np.ndarr
 def tensor_settings(stack: FleetSettings, tmp_path_factory: pytest.TempPathFactory) -> WorkerSettings:
     root = tmp_path_factory.mktemp("registry") / "models"
     register_onnx(ModelRegistry(root), TENSOR_MODEL, tensor_graph())
+    register_onnx(ModelRegistry(root), CACHED_MODEL, tensor_graph())
+    register_onnx(ModelRegistry(root), BURST_MODEL, tensor_graph())
     return WorkerSettings(model=TENSOR_MODEL, model_dir=root, max_batch_size=32, max_queue_delay_ms=10,
                           session_timeout_ms=6000, exact_cache=False)
 
@@ -79,9 +84,9 @@ async def test_the_client_gets_the_tensors_onnx_runtime_gives(tensor_worker: Wor
 async def test_requests_of_several_rows_share_batches_and_get_their_own_rows(
         tensor_settings: WorkerSettings, client: FleetClient) -> None:
     sent = [rows(n) for n in (1, 2, 5, 1, 3, 1, 4, 2) * 3]
-    backend = ModelLoader(tensor_settings.runtime()).load()
-    async with Worker(tensor_settings, backend=backend) as worker:
-        ids = [await client.submit(TENSOR_MODEL, {"x": x, "scale": scale}) for x, scale in sent]
+    settings = tensor_settings.model_copy(update={"model": BURST_MODEL})
+    async with Worker(settings, backend=ModelLoader(settings.runtime()).load()) as worker:
+        ids = [await client.submit(BURST_MODEL, {"x": x, "scale": scale}) for x, scale in sent]
         await worker.run(burst=True)
     results = [await client.result(request_id) for request_id in ids]
     for (x, scale), result in zip(sent, results, strict=True):
@@ -142,8 +147,8 @@ async def test_bad_tensors_are_dead_letters_naming_the_tensor_and_the_worker_kee
         await producer.send_and_wait(requests_topic(TENSOR_MODEL), raw_request(marks[case], with_scale))
     x, good_scale = rows(1)
     assert_equal_to_direct(await client.infer(TENSOR_MODEL, {"x": x, "scale": good_scale}), x, good_scale)
-    letters = [DeadLetter.decode(v) for v in await read_from(stack, before, until=lambda v: len(v) >= len(BAD_TENSORS))]
-    by_id = {(letter.masked or {}).get("id"): letter for letter in letters}
+    values = await read_from(stack, before, until=lambda v: set(marks.values()) <= set(letter_ids(v)))
+    by_id = {(letter.masked or {}).get("id"): letter for letter in map(DeadLetter.decode, values)}
     for case, (_, reason) in BAD_TENSORS.items():
         letter = by_id[marks[case]]
         assert letter.code == "invalid_input" and reason in letter.reason, (case, letter.reason)
@@ -198,3 +203,17 @@ async def test_bad_json_tensors_are_422_naming_the_tensor(gateway: GatewayHttp, 
 async def test_a_text_for_a_tensor_model_is_422(gateway: GatewayHttp, tmp_path: Path) -> None:
     answer = await gateway.post(f"/v1/models/{TENSOR_MODEL}/infer", json={"text": "hello"})
     assert answer.status_code == 422 and "tensor model" in answer.text
+
+
+async def test_the_exact_cache_keys_tensors_by_their_bytes(tensor_settings: WorkerSettings, client: FleetClient) -> None:
+    settings = tensor_settings.model_copy(update={"model": CACHED_MODEL, "exact_cache": True,
+                                                  "exact_cache_redis": False})
+    x, scale = rows(2)
+    async with serving(settings, ModelLoader(settings.runtime()).load()):
+        first = await client.infer(CACHED_MODEL, {"x": x, "scale": scale})
+        again = await client.infer(CACHED_MODEL, {"x": x.copy(), "scale": scale.copy()})
+        other = await client.infer(CACHED_MODEL, {"x": x, "scale": scale * 2})
+    assert (first.cache, again.cache, other.cache) == ("miss", "exact", "miss")
+    assert output_tensors(again.outputs).keys() == {"y", "total"}
+    np.testing.assert_array_equal(output_tensors(again.outputs)["y"], output_tensors(first.outputs)["y"])
+    assert_equal_to_direct(other, x, scale * 2)

@@ -24,7 +24,8 @@ from schemas.wire import DeadLetter, Status, new_request_id, now_ms
 from tests.built_models import built_registry, resolve_or_skip
 from tests.integration.conftest import end_offsets, read_from, serving
 from tests.integration.gateway.gateway_harness import GatewayHttp, in_process
-from tests.task_models import RERANK_MODEL, TOKENS_MODEL, register_text_task_models
+from tests.task_models import (RERANK_MODEL, TOKENS_MODEL, letter_ids, register_onnx, register_text_task_models,
+                               rerank_graph)
 from workers.settings import WorkerSettings
 from workers.worker import Worker
 
@@ -33,6 +34,7 @@ QUERY = "where is paris"
 PASSAGES = ["Paris is the capital of France.", "Bananas are yellow.", "The Eiffel tower stands in Paris, France.",
             "paris"]
 TEXT = "I flew from Paris to New York yesterday"
+BURST_MODEL = "tiny-rerank-burst"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,12 @@ def registered(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelRegistry,
     encoder = resolve_or_skip(built, "fp32")
     assert encoder.tokenizer_file is not None
     registry = ModelRegistry(tmp_path_factory.mktemp("registry") / "models")
-    rerank, tokens = register_text_task_models(registry, built.path_of(encoder, encoder.tokenizer_file))
+    tokenizer = built.path_of(encoder, encoder.tokenizer_file)
+    rerank, tokens = register_text_task_models(registry, tokenizer)
+    # The same reranker under its own name (topic and group) for the burst worker: no other worker answers it.
+    register_onnx(registry, BURST_MODEL, rerank_graph(Tokenizer.from_file(str(tokenizer)).get_vocab_size()),
+                  task="rerank", extra_files={"tokenizer.json": tokenizer}, tokenizer_file="tokenizer.json",
+                  max_length=64)
     return registry, rerank, tokens
 
 
@@ -114,10 +121,10 @@ async def test_rerank_through_the_client_and_a_raw_producer(
 async def test_rerank_batches_requests_of_many_passages_and_each_gets_its_own(
         registered: tuple[ModelRegistry, ModelManifest, ModelManifest], client: FleetClient) -> None:
     registry, rerank, _ = registered
-    settings = _settings(registry, RERANK_MODEL).model_copy(update={"exact_cache": False})
+    settings = _settings(registry, BURST_MODEL).model_copy(update={"exact_cache": False})
     asked = [(f"{QUERY} {i}", PASSAGES[: 1 + i % len(PASSAGES)]) for i in range(12)]
     async with Worker(settings, backend=ModelLoader(settings.runtime()).load()) as worker:
-        ids = [await client.submit(RERANK_MODEL, {"query": q, "passages": p}) for q, p in asked]
+        ids = [await client.submit(BURST_MODEL, {"query": q, "passages": p}) for q, p in asked]
         await worker.run(burst=True)
     results = [await client.result(request_id) for request_id in ids]
     for (query, passages), result in zip(asked, results, strict=True):
@@ -145,12 +152,14 @@ async def test_bad_rerank_requests_are_dead_letters(workers: tuple[Worker, Worke
     before = await end_offsets(stack, DLQ_TOPIC)
     bad = {"no passages": {"query": "q", "passages": []}, "not a string": {"query": "q", "passages": ["a", 3]},
            "no query": {"passages": ["a"]}}
-    for inputs in bad.values():
+    ids = {new_request_id() for _ in bad}
+    for request_id, inputs in zip(sorted(ids), bad.values(), strict=True):
         await producer.send_and_wait(requests_topic(RERANK_MODEL), msgpack.packb(
-            {"v": 1, "id": new_request_id(), "model": RERANK_MODEL, "inputs": inputs,
+            {"v": 1, "id": request_id, "model": RERANK_MODEL, "inputs": inputs,
              "deadline_ms": now_ms() + 30_000, "submitted_ms": now_ms()}))
-    letters = [DeadLetter.decode(v) for v in await read_from(stack, before, until=lambda v: len(v) >= 3)]
-    reasons = sorted(letter.reason for letter in letters)
+    values = await read_from(stack, before, until=lambda v: ids <= set(letter_ids(v)))
+    reasons = sorted(letter.reason for letter in map(DeadLetter.decode, values)
+                     if (letter.masked or {}).get("id") in ids)
     assert any("inputs.passages: a list of 1 to 64 strings" in r for r in reasons), reasons
     assert any("inputs.passages.1: a string is required" in r for r in reasons), reasons
     assert any("inputs.query: a string is required" in r for r in reasons), reasons
