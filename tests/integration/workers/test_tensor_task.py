@@ -21,19 +21,20 @@ from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
 from models.loading import ModelLoader
 from models.registry import ModelRegistry
-from schemas.names import DLQ_TOPIC, requests_topic
+from schemas.names import DLQ_TOPIC, fallback_topic, requests_topic
 from schemas.tensors import output_tensors
-from schemas.wire import DeadLetter, Result, Status, new_request_id, now_ms
+from schemas.wire import DeadLetter, ReplyTo, Result, Status, new_request_id, now_ms
 from tests.integration.conftest import end_offsets, read_from, serving
 from tests.integration.gateway.gateway_harness import GatewayHttp, in_process
 from tests.task_models import TENSOR_MODEL, letter_ids, register_onnx, tensor_graph
-from workers.settings import WorkerSettings
+from workers.settings import Role, WorkerSettings
 from workers.worker import Worker
 
 RNG = np.random.default_rng(23)
 # Their own topics and groups: no other worker of this module answers them.
 CACHED_MODEL = "tiny-tensor-cached"
 BURST_MODEL = "tiny-tensor-burst"
+FALLBACK_MODEL = "tiny-tensor-cpu"
 
 
 def direct(x: np.ndarray, scale: np.ndarray) -> dict[str, np.ndarray]:
@@ -61,6 +62,7 @@ def tensor_settings(stack: FleetSettings, tmp_path_factory: pytest.TempPathFacto
     register_onnx(ModelRegistry(root), TENSOR_MODEL, tensor_graph())
     register_onnx(ModelRegistry(root), CACHED_MODEL, tensor_graph())
     register_onnx(ModelRegistry(root), BURST_MODEL, tensor_graph())
+    register_onnx(ModelRegistry(root), FALLBACK_MODEL, tensor_graph())
     return WorkerSettings(model=TENSOR_MODEL, model_dir=root, max_batch_size=32, max_queue_delay_ms=10,
                           session_timeout_ms=6000, exact_cache=False)
 
@@ -217,3 +219,16 @@ async def test_the_exact_cache_keys_tensors_by_their_bytes(tensor_settings: Work
     assert output_tensors(again.outputs).keys() == {"y", "total"}
     np.testing.assert_array_equal(output_tensors(again.outputs)["y"], output_tensors(first.outputs)["y"])
     assert_equal_to_direct(other, x, scale * 2)
+
+
+async def test_a_cpu_fallback_worker_answers_tensors_degraded(tensor_settings: WorkerSettings, client: FleetClient,
+                                                              producer: AIOKafkaProducer) -> None:
+    settings = tensor_settings.model_copy(update={"model": FALLBACK_MODEL, "role": Role.fallback})
+    x, scale = rows(3)
+    async with serving(settings, ModelLoader(settings.runtime()).load()) as worker:
+        assert worker.topic == fallback_topic(FALLBACK_MODEL)
+        request = client.build_request(FALLBACK_MODEL, {"x": x, "scale": scale}, timeout=30, reply=ReplyTo())
+        await producer.send_and_wait(fallback_topic(FALLBACK_MODEL), request.encode())
+        result = await _result_of(client, request.id)
+    assert result is not None and result.status is Status.degraded
+    assert_equal_to_direct(result.model_copy(update={"status": Status.ok}), x, scale)
