@@ -232,3 +232,13 @@ async def test_a_cpu_fallback_worker_answers_tensors_degraded(tensor_settings: W
         result = await _result_of(client, request.id)
     assert result is not None and result.status is Status.degraded
     assert_equal_to_direct(result.model_copy(update={"status": Status.ok}), x, scale)
+
+
+async def test_a_model_without_a_card_takes_texts_and_refuses_tensors_with_503(stack: FleetSettings) -> None:
+    async with in_process(GatewaySettings(models=["no-card-yet"], default_timeout_s=1)) as http:
+        tensors = await http.post("/v1/models/no-card-yet/requests", json={"inputs": {"x": [[1.0]]}})
+        text = await http.post("/v1/models/no-card-yet/requests", json={"text": "hello"})
+        neither = await http.post("/v1/models/no-card-yet/requests", json={"priority": 1})
+    assert tensors.status_code == 503 and "model card" in tensors.text
+    assert text.status_code == 202
+    assert neither.status_code == 422 and "text" in neither.text
