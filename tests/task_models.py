@@ -25,7 +25,7 @@ def letter_ids(values: list[bytes]) -> list[str]:
     return [str((DeadLetter.decode(value).masked or {}).get("id")) for value in values]
 
 
-def tensor_graph() -> onnx.ModelProto:
+def tensor_graph(weights: np.ndarray = WEIGHTS) -> onnx.ModelProto:
     """Inputs x float32 [n, 4], scale float32 [n, 1]; outputs y float32 [n, 2], total float32 [n]."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
     scale = helper.make_tensor_value_info("scale", TensorProto.FLOAT, ["n", 1])
@@ -36,7 +36,7 @@ def tensor_graph() -> onnx.ModelProto:
         helper.make_node("Mul", ["xw", "scale"], ["y"]),
         helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0),
     ]
-    initializers = [numpy_helper.from_array(WEIGHTS, "W"), numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    initializers = [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(np.array([1], np.int64), "axes")]
     graph = helper.make_graph(nodes, "tiny_tensor", [x, scale], [y, total], initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
