@@ -1,17 +1,18 @@
 """What every fleet process does at its edges: fail fast and loud at start, and end within its
 grace period once told to stop, whatever Kafka and Redis do meanwhile."""
 
-import asyncio
 import ctypes
 import ctypes.util
 import logging
 import os
 import threading
+import time
 from enum import IntEnum
 
 from common.clients import new_admin, redis_client
-from common.credentials import CredentialsRejected, verify_credentials
+from common.credentials import verify_credentials
 from common.settings import FleetSettings
+from common.startup import waited
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +24,17 @@ class ExitCode(IntEnum):
     GRACE_EXCEEDED = 4
 
 
-async def dependencies_answer(settings: FleetSettings) -> None:
-    """Kafka lists its topics and Redis answers PING, or the first error is raised (CredentialsRejected
-    when either refuses this process's credentials)."""
-    await verify_credentials(settings)
+async def kafka_answers(settings: FleetSettings) -> None:
+    """Kafka lists its topics, or the error is raised."""
     admin = new_admin(settings)
     try:
         await admin.start()
         await admin.list_topics()
     finally:
         await admin.close()
+
+
+async def redis_answers(settings: FleetSettings) -> None:
     redis = redis_client(settings)
     try:
         await redis.ping()
@@ -40,27 +42,17 @@ async def dependencies_answer(settings: FleetSettings) -> None:
         await redis.aclose()
 
 
-async def wait_for_dependencies(settings: FleetSettings, timeout_s: float, what: str) -> bool:
-    """True once Kafka and Redis answer; False (after one clear log line) when they did not within
-    `timeout_s`, or at once when they refuse the credentials: waiting does not heal a wrong password."""
-    last: BaseException | None = None
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                try:
-                    await dependencies_answer(settings)
-                    return True
-                except CredentialsRejected as exc:
-                    log.error("%s cannot start: %s", what, exc)
-                    return False
-                except Exception as exc:  # retried until the deadline; the last one is reported
-                    last = exc
-                    await asyncio.sleep(0.5)
-    except TimeoutError:
-        reason = f"{type(last).__name__}: {last}" if last is not None else "no answer"
-        log.error("%s cannot start: Kafka (%s) or Redis did not answer within %.0f s; last error: %s", what,
-                  settings.kafka_bootstrap, timeout_s, reason)
-        return False
+async def wait_for_dependencies(settings: FleetSettings, what: str) -> None:
+    """Return once Kafka, then Redis, answer. While one does not, wait (one log line every few
+    seconds naming it), both together for up to `startup_timeout_s`, then raise StartupTimedOut.
+    Refused credentials raise CredentialsRejected at once: waiting does not heal a wrong password."""
+    timeout_s = settings.startup_timeout_s
+    deadline = time.monotonic() + timeout_s
+    await verify_credentials(settings)
+    await waited(what, f"Kafka at {settings.kafka_bootstrap}", lambda: kafka_answers(settings), timeout_s,
+                 deadline=deadline)
+    await waited(what, f"Redis at {settings.redis_url_redacted}", lambda: redis_answers(settings), timeout_s,
+                 deadline=deadline)
 
 
 def arm_watchdog(grace_s: float) -> None:

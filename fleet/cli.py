@@ -52,6 +52,17 @@ DELEGATES = {
 }
 
 
+# Commands that only read, or write what a second run writes the same: when Kafka or Redis does
+# not answer they are run again until FLEET_STARTUP_TIMEOUT_S has passed. The others (processes,
+# benchmarks, `keys create` whose key is shown once) say at once that a server is down.
+WAIT_FOR_OUTAGES = frozenset({"topics", "lag", "workers", "drain", "undrain", "models", "rollout", "cache", "debug",
+                              "consistency"})
+
+
+def waiting_for(command: str) -> float:
+    return FleetSettings().startup_timeout_s if command in WAIT_FOR_OUTAGES else 0.0
+
+
 def create_topics(models: list[str], partitions: int) -> int:
     settings = FleetSettings()
     names = [DLQ_TOPIC, DEFAULT_RESULTS_TOPIC]
@@ -87,10 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     fleet = parser()
     args, rest = fleet.parse_known_args(argv)
     if args.command in DELEGATES:
-        raise SystemExit(run_command(args.command, lambda: delegate(args.command)(rest)))
+        raise SystemExit(run_command(args.command, lambda: delegate(args.command)(rest),
+                                     wait_s=waiting_for(args.command)))
     if rest:
         fleet.error(f"unrecognized arguments: {' '.join(rest)}")
-    raise SystemExit(run_command(args.command, lambda: create_topics(args.models, args.partitions)))
+    raise SystemExit(run_command(args.command, lambda: create_topics(args.models, args.partitions),
+                                 wait_s=waiting_for("topics")))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ Routes (OpenAPI at /docs):
   GET  /v1/results/{request_id}     the result, to its own tenant only; 404 until it is ready, after it
                                     expires, and for every other tenant
   GET  /healthz  /readyz            open to all: probes
+  GET  /docs  /openapi.json         open to all: the API's documentation (gateway/docs_page.py)
   GET  /metrics                     only with a key of a tenant in `metrics_tenants`
 
-Every route but the probes needs an API key (gateway/auth.py); the tenant comes from the key,
+Every route but the probes and the docs needs an API key (gateway/auth.py); the tenant comes from the key,
 never from the body. The two model routes carry nearly all the traffic: they are served by the
 fast path (gateway/fast_routes.py) in front of FastAPI, which documents them and serves the rest;
 both run the same checks and give the same answers (gateway/model_requests.py). Bad input is a 4xx naming the field (gateway/body.py); a Kafka or Redis
@@ -32,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.auth import Authenticate, Caller, Gatekeeper, KeyDirectory, caller_of
 from gateway.body import InferBody
 from gateway.client import FleetClient
+from gateway.docs_page import OPENAPI_PATH, install_docs
 from gateway.fast_routes import FastRoutes, fast_route
 from gateway.limits import BodyLimit, InFlight, InFlightLimit
 from gateway.metrics import GatewayMetrics
@@ -124,10 +126,10 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     internal_errors = InternalErrors(metrics.internal_errors, settings.retry_after_s)
     model_requests = ModelRequests(settings, fleet, metrics)
 
-    # No redirect for a trailing slash: Starlette builds its Location from the Host header, which
-    # the caller chooses (an open redirect); the route without the slash is documented.
-    app = GatewayApp(title="Inference fleet gateway", version="1", lifespan=lifespan,
-                     default_response_class=SafeJSONResponse, redirect_slashes=False)
+    # No trailing-slash redirect: Starlette takes its Location from the caller's Host (an open redirect).
+    app = GatewayApp(title="Inference fleet gateway", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                     openapi_url=OPENAPI_PATH, default_response_class=SafeJSONResponse, redirect_slashes=False)
+    install_docs(app)  # Swagger UI from our own files: /docs works without internet (gateway/docs_page.py)
     app.include_router(model_routes(model_requests))
     app.include_router(ops_routes(fleet, metrics, auth_required=directory is not None))
     install_error_handlers(app, metrics.unavailable_of, settings.retry_after_s)
@@ -149,7 +151,8 @@ def key_directory(settings: GatewaySettings, fleet: FleetClient) -> KeyDirectory
     if not settings.auth_required:
         return None
     return KeyDirectory(lambda: fleet.redis, cache_s=settings.auth_cache_s,
-                        lookup_timeout_s=settings.auth_lookup_timeout_s, keys_file=settings.auth_keys_file)
+                        lookup_timeout_s=settings.auth_lookup_timeout_s, keys_file=settings.auth_keys_file,
+                        outage_grace_s=settings.auth_outage_grace_s)
 
 
 def model_routes(model_requests: ModelRequests) -> APIRouter:

@@ -26,6 +26,7 @@ from common.redis_cluster import AnyRedis
 from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
 from common.logs import LogThrottle
 from gateway.answers import Refusal, retry_after
+from gateway.docs_page import is_docs_path
 from gateway.errors import FleetUnavailable
 from gateway.metrics import Children
 
@@ -102,10 +103,15 @@ class KeysFile:
 
 
 class KeyDirectory:
-    """Key digest -> record, from the keys file first, then Redis; answers reused for `cache_s`."""
+    """Key digest -> record, from the keys file first, then Redis; answers reused for `cache_s`.
+
+    While Redis does not answer, a key Redis verified as active within the last `outage_grace_s`
+    is let in on that verification (`OutageGrace`): a Redis restart shorter than that is not seen
+    by callers whose keys were in use. A key never seen, or seen longer ago, is 503 meanwhile."""
 
     def __init__(self, redis: Callable[[], AnyRedis], *, cache_s: float, lookup_timeout_s: float,
-                 keys_file: Path | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 keys_file: Path | None = None, outage_grace_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._redis = redis
         self._cache_s = cache_s
         self._timeout_s = lookup_timeout_s
@@ -114,6 +120,7 @@ class KeyDirectory:
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
         self._flights: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._lookups = asyncio.Semaphore(MAX_CONCURRENT_LOOKUPS)
+        self.grace = OutageGrace(outage_grace_s, clock)
 
     async def lookup(self, key: str) -> KeyRecord | None:
         """The key's record (revoked ones included), None for an unknown key; FleetUnavailable
@@ -129,7 +136,12 @@ class KeyDirectory:
         if flight is None:
             flight = self._flights[digest] = asyncio.ensure_future(self._query(digest))
             flight.add_done_callback(lambda done: self._landed(digest, done))
-        return await asyncio.shield(flight)
+        try:
+            return await asyncio.shield(flight)
+        except FleetUnavailable:
+            if (verified := self.grace.get(digest)) is not None:
+                return verified
+            raise
 
     async def _query(self, digest: str) -> KeyRecord | None:
         started = self._clock()
@@ -140,6 +152,7 @@ class KeyDirectory:
             # Only the error's kind: its text could carry the command, and with it the digest.
             raise FleetUnavailable("redis", f"API key lookup failed ({type(exc).__name__})") from None
         self._remember(digest, record, started)
+        self.grace.verified(digest, record, started)
         return record
 
     def _landed(self, digest: str, flight: "asyncio.Future[KeyRecord | None]") -> None:
@@ -155,6 +168,39 @@ class KeyDirectory:
             if len(self._cache) >= MAX_CACHED:
                 self._cache.clear()
         self._cache[digest] = (now + self._cache_s, record)
+
+
+class OutageGrace:
+    """Keys Redis verified as active lately, to let in while Redis does not answer: each for at
+    most `grace_s` after its last verification (0: never), MAX_CACHED keys at most. A key Redis
+    calls unknown or revoked is dropped at once. The threat model's price: a key revoked less than
+    `grace_s` before an outage began still works during that outage, up to `grace_s` after it was
+    last verified (docs/operations/resilience.md)."""
+
+    def __init__(self, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.grace_s = grace_s
+        self._clock = clock
+        self._verified: dict[str, tuple[float, KeyRecord]] = {}
+        self.used = 0  # lookups answered from here: requests let in during an outage
+
+    def verified(self, digest: str, record: KeyRecord | None, at: float) -> None:
+        if record is None or not record.active:
+            self._verified.pop(digest, None)
+            return
+        if self.grace_s <= 0:
+            return
+        if digest not in self._verified and len(self._verified) >= MAX_CACHED:
+            self._verified = {d: entry for d, entry in self._verified.items() if at - entry[0] < self.grace_s}
+            if len(self._verified) >= MAX_CACHED:
+                return  # full of fresh verifications: this key is not remembered
+        self._verified[digest] = (at, record)
+
+    def get(self, digest: str) -> KeyRecord | None:
+        entry = self._verified.get(digest)
+        if entry is None or self._clock() - entry[0] >= self.grace_s:
+            return None
+        self.used += 1
+        return entry[1]
 
 
 class Gatekeeper:
@@ -207,7 +253,7 @@ class Authenticate:
         self.gatekeeper = gatekeeper
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or is_docs_path(scope["path"]):
             await self.app(scope, receive, send)
             return
         caller = await self.gatekeeper.check(scope["path"], scope["headers"])

@@ -245,7 +245,10 @@ class FleetClient:
             produced = time.perf_counter()
             result = await waiter.wait(reply, max(request.deadline_ms - now_ms(), 0) / 1000)
         except TimeoutError:
-            late = await self.result(request.id)  # the reply may have raced the deadline
+            try:
+                late = await self.result(request.id)  # the reply may have raced the deadline
+            except FleetUnavailable:
+                late = None  # Redis still away: the request was accepted, its id finds the result later
             if late is not None:
                 return Exchange(late, {})
             raise InferenceTimeout(request.id, timeout) from None

@@ -11,18 +11,19 @@ import asyncio
 import logging
 import socket
 import sys
+import time
 from collections.abc import Coroutine
 from types import FrameType
 from typing import Any
 
 import uvicorn
-from tenacity import AsyncRetrying, retry_if_exception_type, retry_if_not_exception_type, wait_exponential
 
 from common.auth_keys import KeysFileError
 from common.credentials import CredentialsRejected
 from common.heap import settle_heap
 from common.logs import LogThrottle, configure_logging
 from common.process import ExitCode, arm_watchdog
+from common.startup import StartupTimedOut, waited
 from gateway.app import create_app, gateway_client
 from gateway.client import FleetClient
 from gateway.http_protocol import guarded_protocol
@@ -49,27 +50,16 @@ def bind(host: str, port: int) -> socket.socket:
     return listener
 
 
-async def start_within(client: FleetClient, timeout_s: float) -> None:
-    """Start the client and see Redis answer, retrying until `timeout_s` has passed; then the
-    last error (or TimeoutError when an attempt hung) is raised. Refused credentials are raised at
-    once: waiting does not heal them."""
-    failures: list[BaseException] = []
+async def start_within(client: FleetClient, settings: GatewaySettings) -> None:
+    """Start the client (Kafka: its producer) and see Redis answer, waiting out an outage of either
+    for up to `startup_timeout_s` in all (one log line every few seconds naming it), then
+    StartupTimedOut. Refused credentials are raised at once: waiting does not heal them."""
+    timeout_s = settings.startup_timeout_s
+    deadline = time.monotonic() + timeout_s
+    await waited("gateway", f"Kafka at {settings.kafka_bootstrap}", client.start, timeout_s, deadline=deadline)
     try:
-        async with asyncio.timeout(timeout_s):
-            async for attempt in AsyncRetrying(retry=retry_if_exception_type(Exception)
-                                               & retry_if_not_exception_type(CredentialsRejected), reraise=True,
-                                               wait=wait_exponential(multiplier=0.2, max=2.0),
-                                               before_sleep=lambda state: failures.append(state.outcome.exception())):
-                with attempt:
-                    await _start(client)
-    except TimeoutError:
-        raise failures[-1] if failures else TimeoutError(f"no answer within {timeout_s:g} s") from None
-
-
-async def _start(client: FleetClient) -> None:
-    await client.start()
-    try:
-        await client.redis.ping()
+        await waited("gateway", f"Redis at {settings.redis_url_redacted}", client.redis.ping, timeout_s,
+                     deadline=deadline)
     except BaseException:
         await client.stop()
         raise
@@ -96,13 +86,12 @@ async def serve(settings: GatewaySettings, listener: socket.socket) -> int:
         log.error("gateway cannot start: API keys file unusable: %s", exc)
         return EXIT_BAD_KEYS_FILE
     try:
-        await start_within(client, settings.startup_timeout_s)
+        await start_within(client, settings)
     except CredentialsRejected as exc:
         log.error("gateway cannot start: %s", exc)
         return EXIT_DEPENDENCIES
-    except Exception as exc:
-        log.error("gateway cannot start: Kafka (%s) or Redis did not answer within %.0f s; last error: %s: %s",
-                  settings.kafka_bootstrap, settings.startup_timeout_s, type(exc).__name__, exc)
+    except StartupTimedOut as exc:
+        log.error("%s", exc)
         return EXIT_DEPENDENCIES
     settle_heap()
     # uvicorn drains connections for part of the grace period; the app's shutdown gets the rest.

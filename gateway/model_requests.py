@@ -18,7 +18,7 @@ from common.model_cards import ModelCards
 from gateway.auth import Caller
 from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
-from gateway.known_topics import KnownTopics
+from gateway.known_topics import KnownTopics, topic_exists
 from gateway.metrics import GatewayMetrics
 from gateway.responses import result_json, safe_json
 from gateway.settings import GatewaySettings
@@ -52,7 +52,7 @@ class ModelRequests:
         self._metrics = metrics
         self._rules = BodyRules.of(settings)
         self._models = frozenset(settings.models)
-        self._topics = KnownTopics(self._cluster_topics)
+        self._topics = KnownTopics(self._cluster_topics, self._topic_exists)
         self._model_cards: ModelCards | None = None
 
     @property
@@ -116,6 +116,10 @@ class ModelRequests:
         async with asyncio.timeout(METADATA_TIMEOUT_S):
             metadata = await self._fleet.producer.client.fetch_all_metadata()
         return set(metadata.topics())
+
+    async def _topic_exists(self, name: str) -> bool:
+        async with asyncio.timeout(METADATA_TIMEOUT_S):
+            return await topic_exists(self._fleet.producer.client, name)
 
     def _timeout_of(self, body: InferBody) -> float:
         return body.timeout_ms / 1000 if body.timeout_ms else self._settings.default_timeout_s

@@ -63,6 +63,10 @@ class GatewaySettings(ClientSettings):
                                 "refused within this")
     auth_lookup_timeout_s: float = Field(2.0, gt=0, description="A key lookup Redis does not answer within this is "
                                          "503 with Retry-After")
+    auth_outage_grace_s: float = Field(30.0, ge=0, le=300, description="While Redis does not answer, a key Redis "
+                                       "verified as active within this many seconds is let in (0: never); a key "
+                                       "revoked that recently may work during the outage (threat model: "
+                                       "docs/operations/resilience.md)")
     metrics_tenants: list[str] = Field(["metrics"], description="Tenants whose keys may read /metrics; their keys "
                                        "may do nothing else")
     tenant_rps: float = Field(200.0, gt=0, description="Requests per second per tenant (token bucket refill)")

@@ -4,10 +4,12 @@ One process has one waiter id and one reply stream (`fleet:reply:<waiter id>`). 
 background task reads the stream with a blocking XREAD and resolves the future of each
 request id; thousands of concurrent waits share that one connection.
 
-The reader never gives up: when Redis is away it reconnects forever with bounded backoff,
-reports itself down (`down_reason`, for /readyz) and refuses new waits meanwhile. Waits
-already pending keep waiting until their own deadline: their replies can still come once
-Redis is back, since the reader resumes after the last entry it read.
+The reader never gives up: when Redis is away it reconnects forever with bounded backoff and
+reports itself down (`down_reason`, for /readyz). Waits go on meanwhile, old and new alike: the
+request goes to Kafka, which does not need Redis, and the worker delivers once Redis is back. A
+caller whose deadline outlives the outage sees nothing of it. Back, the reader resumes after the
+last entry it read, and first reads the result keys (`fleet:result:<id>`) of every pending wait,
+so a reply whose stream entry was lost (an AOF that had not synced it) is still found.
 
 Entries read are trimmed away every TRIM_EVERY replies: workers cap a reply stream at
 `FLEET_REPLY_STREAM_MAXLEN` entries (100,000), which for embeddings is about 200 MB of Redis per
@@ -23,8 +25,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from common.redis_cluster import AnyRedis
 from common.logs import LogThrottle
-from gateway.errors import FleetUnavailable, Overloaded
-from schemas.names import reply_stream
+from gateway.errors import Overloaded
+from schemas.names import reply_stream, result_key
 from schemas.wire import Result
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 READ_BLOCK_MS = 1000
 READ_COUNT = 1000
 TRIM_EVERY = 1000  # replies read between two trims of the stream (one XTRIM each time)
+CATCH_UP_CHUNK = 500  # result keys read in one round trip when the reader is back
 STARTING = "starting"
 Entries = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
@@ -90,13 +93,11 @@ class ReplyWaiter:
     def expect(self, request_id: str) -> asyncio.Future[Result]:
         """Register interest before producing the request, so no reply can arrive unseen.
 
-        FleetUnavailable while the reader cannot read (the reply could not be received),
-        Overloaded when `max_pending` waits are pending already.
+        Accepted while the reader cannot read: it reads what was delivered meanwhile once Redis
+        is back (`_catch_up`). Overloaded when `max_pending` waits are pending already.
         """
         if self._reader is None or self._loop is None:
             raise RuntimeError("reply waiter is not started")
-        if (reason := self.down_reason) not in (None, STARTING):  # a wait from the first moments is read later
-            raise FleetUnavailable("redis", f"reply reader down: {reason}")
         future = self._pending.get(request_id)
         if future is None:
             if len(self._pending) >= self._max_pending:
@@ -126,8 +127,10 @@ class ReplyWaiter:
 
     async def _read_forever(self) -> None:
         while not self._stopping:
-            await self._connect()
+            was_down = await self._connect()
             try:
+                if was_down:
+                    await self._catch_up()
                 while not self._stopping:
                     self._deliver(await self._redis.xread({self.stream: self._last_id}, count=READ_COUNT,
                                                           block=READ_BLOCK_MS))
@@ -139,8 +142,9 @@ class ReplyWaiter:
                 if not self._stopping:
                     self._went_down(exc)
 
-    async def _connect(self) -> None:
-        """PING until Redis answers, forever, with a bounded pause between attempts."""
+    async def _connect(self) -> bool:
+        """PING until Redis answers, forever, with a bounded pause between attempts; True when
+        the reader had been down (not merely starting)."""
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(Exception),
                                            wait=wait_exponential(multiplier=0.05, max=self._max_backoff_s),
                                            before_sleep=self._attempt_failed):
@@ -148,11 +152,27 @@ class ReplyWaiter:
                 if self._stopping:
                     raise asyncio.CancelledError
                 await self._redis.ping()
-        if self._down_reason not in (None, STARTING):
+        was_down = self._down_reason not in (None, STARTING)
+        if was_down:
             held = self._throttle.reset("redis")
             log.info("reply reader for %s reads again after %.1f s (%d reconnection attempts not logged)",
                      self.stream, time.monotonic() - self._down_since, held)
         self._down_reason = None
+        return was_down
+
+    async def _catch_up(self) -> None:
+        """Resolve the pending waits whose result key is in Redis: results delivered while the
+        reader was away, whatever became of their stream entries. CATCH_UP_CHUNK keys a round trip."""
+        waiting = list(self._pending)
+        for start in range(0, len(waiting), CATCH_UP_CHUNK):
+            chunk = waiting[start:start + CATCH_UP_CHUNK]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for request_id in chunk:
+                    pipe.get(result_key(request_id))
+                found = await pipe.execute()
+            for request_id, raw in zip(chunk, found):
+                if raw is not None:
+                    self._resolve(b"catch-up", {b"id": request_id.encode(), b"result": raw})
 
     def _attempt_failed(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None

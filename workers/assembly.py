@@ -19,6 +19,7 @@ from versions.stats import VersionStatsRecorder
 from workers.batching.policy import BatchPolicy
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
+from common.startup import waited
 from common.topics import ensure_topics
 from workers.delivery.dead_letters import MAX_TEXT_CHARS as DEAD_LETTER_TEXT_CHARS, DeadLetterPolicy
 from workers.delivery.patience import Patience
@@ -82,7 +83,9 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
                          load_encoder=lambda: loader.load_encoder(settings.semantic_encoder_model,
                                                                   settings.semantic_encoder_precision),
                          task=stable.manifest.task)
-    await caches.start()
+    # The cache generation is read from Redis before the first lookup: a Redis restart is waited out.
+    await waited("worker", f"Redis at {settings.redis_url_redacted} (reading the cache generation)", caches.start,
+                 settings.startup_timeout_s)
     exit_stack.push_async_callback(caches.stop)
     pointers = PointerWatcher(redis, settings.model, models, poll_s=settings.pointer_poll_s)
     await pointers.sync_once()

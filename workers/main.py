@@ -8,6 +8,7 @@ from common.credentials import CredentialsRejected
 from common.heap import settle_heap
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog, wait_for_dependencies
+from common.startup import StartupTimedOut
 from workers.health.endpoints import health_endpoints
 from workers.health.probes import WorkerProbes
 from workers.worker import Worker
@@ -16,10 +17,11 @@ from workers.shadow.settings import ShadowSettings
 from workers.shadow.worker import serve_shadow
 from workers.fallback import PrimaryTakeover
 
+log = logging.getLogger(__name__)
+
 
 async def serve(settings: WorkerSettings, *, burst: bool) -> int:
-    if not await wait_for_dependencies(settings, settings.startup_timeout_s, "worker"):
-        raise SystemExit(ExitCode.DEPENDENCIES)
+    await wait_for_dependencies(settings, "worker")
     worker = Worker(settings)
     probes = WorkerProbes(worker)
 
@@ -58,8 +60,12 @@ def main(argv: list[str] | None = None) -> None:
         else:
             processed = asyncio.run(serve(settings, burst=args.burst))
     except CredentialsRejected as exc:
-        raise SystemExit(f"worker cannot start: {exc}") from None
-    logging.getLogger(__name__).info("worker stopped after %d records", processed)
+        log.error("worker cannot start: %s", exc)
+        raise SystemExit(ExitCode.DEPENDENCIES) from None
+    except StartupTimedOut as exc:  # one line, no traceback: an orchestrator's log shows why
+        log.error("%s", exc)
+        raise SystemExit(ExitCode.DEPENDENCIES) from None
+    log.info("worker stopped after %d records", processed)
 
 
 if __name__ == "__main__":

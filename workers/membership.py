@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Self
 
@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from common.clients import new_consumer
 from common.settings import FleetSettings
+from common.startup import waited
 
 log = logging.getLogger(__name__)
 # Partitions added by `fleet scale --partitions` are seen within 30 s, not Kafka's default 5 min.
@@ -37,6 +38,21 @@ def group_consumer(settings: FleetSettings, topic: str, *, group: str, client_id
         auto_offset_reset=auto_offset_reset, max_poll_records=max_poll_records, fetch_max_wait_ms=fetch_max_wait_ms,
         metadata_max_age_ms=METADATA_MAX_AGE_MS, session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=max(session_timeout_ms // 3, 100), group_instance_id=group_instance_id)
+
+
+async def started_consumer(settings: FleetSettings, what: str, make: Callable[[], AIOKafkaConsumer]) -> AIOKafkaConsumer:
+    """A consumer from `make()`, started; a Kafka outage is waited out for up to `startup_timeout_s`
+    (common/startup.py), each attempt with a fresh consumer and the failed one closed."""
+    async def attempt() -> AIOKafkaConsumer:
+        consumer = make()
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        return consumer
+    return await waited(what, f"Kafka at {settings.kafka_bootstrap} (joining the group)", attempt,
+                        settings.startup_timeout_s)
 
 
 class KafkaMember:

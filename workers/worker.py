@@ -36,8 +36,6 @@ from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consum
 from schemas.wire import Status, now_ms
 from workers.assembly import WorkerIdentity, WorkerParts, assemble, serving_set
 from workers.batching.collector import BatchCollector, FetchedBatch
-from workers.batching.sizing import BatchSizing
-from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_batch, unreadable
 from workers.compute.provenance import Provenance
@@ -48,13 +46,12 @@ from workers.delivery.offsets import backlog_drained, hand_on, owned_partitions
 from workers.delivery.settle import SETTLE_DEPTH, Delivered, Settler
 from workers.delivery.sink import Outcome
 from workers.health.faults import FaultInjector
-from workers.health.supervisor import Supervisor, beat_failed
-from workers.membership import KafkaMember, group_consumer
+from workers.health.supervisor import beat_failed
+from workers.membership import KafkaMember, group_consumer, started_consumer
 from workers.observability.metrics import WorkerMetrics
-from workers.observability.tracing import DebugTracer
 from workers.ordered import flatten, in_order
-from workers.serving.model_set import ModelSet
 from workers.settings import OverlongInputs, Role, WorkerSettings
+from workers.started import StartedWorker
 
 log = logging.getLogger(__name__)
 # Computed batches that may wait for delivery: the model goes on while a delivery waits on its round trips.
@@ -68,7 +65,7 @@ DELIVERIES_IN_FLIGHT = 3
 PREPARE_DEPTH = 4
 
 
-class Worker(KafkaMember):
+class Worker(KafkaMember, StartedWorker):
     what = "worker"
 
     def __init__(self, settings: WorkerSettings, *, backend: Backend | None = None, redis: AnyRedis | None = None,
@@ -102,59 +99,6 @@ class Worker(KafkaMember):
         self._unavailable: str | None = None
         self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
         self._triage_rules = settings.triage_rules  # one, so its verdicts on results topics are remembered
-
-    @property
-    def parts(self) -> WorkerParts:
-        if self._parts is None:
-            raise RuntimeError("worker not started")
-        return self._parts
-
-    @property
-    def backend(self) -> Backend:
-        """The stable version: what unpinned traffic gets outside a rollout."""
-        if self._parts is not None:
-            return self._parts.models.serving.stable
-        if self._backend is None:
-            raise RuntimeError("worker not started")
-        return self._backend
-
-    @property
-    def models(self) -> ModelSet:
-        """The resident versions and which of them serve (see workers/serving/model_set.py)."""
-        return self.parts.models
-
-    @property
-    def caches(self) -> BatchCaches:
-        return self.parts.caches
-
-    @property
-    def tracer(self) -> DebugTracer:
-        return self.parts.tracer
-
-    @property
-    def supervisor(self) -> Supervisor:
-        return self.parts.supervisor
-
-    @property
-    def sizing(self) -> BatchSizing:
-        return self.parts.sizing
-
-    @property
-    def unavailable(self) -> str | None:
-        """Why the worker could not load its model on its device, or None."""
-        return self._unavailable
-
-    @property
-    def redis(self) -> AnyRedis:
-        if self._redis is None:
-            raise RuntimeError("worker not started")
-        return self._redis
-
-    @property
-    def producer(self) -> AIOKafkaProducer:
-        if self._producer is None:
-            raise RuntimeError("worker not started")
-        return self._producer
 
     async def _open(self) -> None:
         self.faults = FaultInjector.from_settings(self.settings)
@@ -203,13 +147,12 @@ class Worker(KafkaMember):
 
     async def _join(self) -> None:
         """Become a member of the consumer group and start taking records."""
-        self._consumer = group_consumer(
+        self._consumer = await started_consumer(self.settings, "worker", lambda: group_consumer(
             self.settings, self.topic, group=self.group, client_id=self.worker_id,
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
             session_timeout_ms=self.settings.session_timeout_ms,
             # Static membership: a restarted worker gets its partitions back without a rebalance.
-            group_instance_id=self.worker_id if self.settings.static_membership else None)
-        await self._consumer.start()
+            group_instance_id=self.worker_id if self.settings.static_membership else None))
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
                                          model_has_room=self._activity.has_room,
                                          model_working=lambda: self._activity.pending > 0)

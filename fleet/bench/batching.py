@@ -41,6 +41,7 @@ from fleet.bench.fleet_process import CpuCounters, CpuSplit, GroupWatch, WorkerP
 from fleet.bench.load import TextCycle, closed_loop, open_loop
 from fleet.bench.raw import LengthAwareComparison, RawThroughput, compare_length_aware, length_aware_available, \
     raw_throughput, worker_settings
+from fleet.bench.plots import plot_beside
 from fleet.bench.report import BenchRow, PhaseSummary, check_targets, format_cpu_split, format_targets, \
     results_table, write_json
 from fleet.bench.stats import percentile, poisson_arrivals
@@ -324,8 +325,7 @@ async def run(args: argparse.Namespace) -> int:
     for row in rows:
         for note in row.notes:
             print(f"  * {row.config} {row.precision}: {note}")
-    print()
-    print(format_cpu_split(rows))
+    print("\n" + format_cpu_split(rows))
     print()
     print(format_targets(checks, length_aware))
     json_path: Path = args.json or settings.home / "bench" / f"batching-{stamp}.json"
@@ -335,6 +335,7 @@ async def run(args: argparse.Namespace) -> int:
             "versions": {precision: manifest.id for precision, manifest in manifests.items()},
             "served_as": {precision: alias.id for precision, alias in aliases.items()}}
     write_json(json_path, meta=meta, workload=workload, rows=rows, checks=checks, length_aware=length_aware)
+    plot_beside(json_path)
     print(f"\n{len(rows)} rows in {progress.elapsed_s:.0f} s; JSON: {json_path}")
     failed = sum(sum(row.saturation.errors.values()) + sum(row.half_load.errors.values()) for row in rows)
     return Exit.FAILED if failed or any(math.isnan(row.saturation.requests_per_s) for row in rows) else Exit.OK

@@ -39,6 +39,7 @@ from fleet.bench.batching import Progress
 from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
                                         query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
+from fleet.bench.plots import plot_beside
 from fleet.bench.stats import LatencySummary
 from fleet.exits import Exit
 from common.clients import new_consumer, new_producer, redis_client
@@ -354,6 +355,7 @@ async def run(args: argparse.Namespace) -> int:
                 "speedup": speedup, "speedup_exact_only": exact_only["requests_per_s"] / off["requests_per_s"],
                 "targets": [asdict(check) for check in checks]}
     path.write_text(json.dumps(document, indent=2, default=lambda v: None) + "\n")
+    plot_beside(path)
     missed = failed(checks)
     print(f"\n{progress.elapsed_s:.0f} s; JSON: {path}")
     for check in missed:

@@ -25,17 +25,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
 from fleet.bench.drain_window import DrainedBeforeFirstPoll, DrainWindow, Poll, Stall
 from fleet.bench.fleet_process import (CpuCounters, CpuSplit, GroupWatch, WorkerProcess, bench_alias, cpu_counters,
                                       process_cpu_s)
+from fleet.bench.plots import plot_beside
 from fleet.bench.load import PhaseSamples, TextCycle, closed_loop, open_loop
 from fleet.bench.stats import percentile, poisson_arrivals
 from fleet.bench.workload import support_queries
@@ -313,7 +315,17 @@ async def main_async(args: argparse.Namespace) -> int:
         print(format_table(HEADERS, [row.cells() for row in scaled]))
     print("\nThe seed's §2.2 table (BERT-base, 128 tokens, one A10) with the a10-bert-base preset, backlog drained:\n")
     print(seed_table(seed_rows))
+    plot_beside(write_rows(logs.with_suffix(".json"), rows + seed_rows, scaled, quick=args.quick))
     return 0
+
+
+def write_rows(path: Path, rows: Sequence[Row], scaled: Sequence[Row], *, quick: bool) -> Path:
+    """Every row as JSON, beside the run's worker logs (<home>/bench/device-<time>.json)."""
+    meta = {"started": path.stem.removeprefix("device-"), "quick": quick,
+            "caption": f"scripts/bench device{' --quick' if quick else ''}, {path.stem.removeprefix('device-')}"}
+    path.write_text(json.dumps({"meta": meta, "rows": [asdict(row) for row in rows],
+                                "scaling": [asdict(row) for row in scaled]}, indent=1) + "\n")
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,7 @@ from fleet.bench.http_load import HttpSamples, closed_loop_http, post_bytes
 from fleet.bench.stats import percentile
 from fleet.bench.workload import support_queries
 from fleet.tables import format_table
+from fleet.ports import free_port
 from gateway.main import run_loop
 from models.registry import ModelRegistry
 from schemas.names import requests_topic
@@ -69,13 +70,6 @@ class Row:
 
 HEADERS = ("gateway processes", "model routes", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
            "load CPU ms/req", "non-200")
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
 
 
 def family_cpu_s(pid: int) -> float:

@@ -51,7 +51,8 @@ from fleet.chaos.malformed import new_seed
 from fleet.chaos.own_stack import DEFAULT_KAFKA_PORT, DEFAULT_REDIS_PORT, ChaosStack, Ports
 from fleet.chaos.processes import Fleet
 from fleet.chaos.report import ScenarioReport
-from fleet.chaos.runner import Options, free_port, fleet_under_test, run_scenario
+from fleet.chaos.runner import Options, fleet_under_test, run_scenario
+from fleet.ports import free_port
 from fleet.chaos.scenarios import SCENARIOS, Scenario, Sizes
 from fleet.exits import Exit
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +33,7 @@ from fleet.chaos.own_stack import ChaosStack
 from fleet.chaos.processes import Fleet
 from fleet.chaos.report import ScenarioReport, WorkerExit
 from fleet.chaos.scenarios import Run, Scenario, Sizes
+from fleet.ports import free_port
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
@@ -121,12 +121,6 @@ async def create_topics(settings: FleetSettings, names: list[str], replication: 
                 pass
     finally:
         await admin.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def api_key(options: Options, env: dict[str, str], settings: FleetSettings) -> str:

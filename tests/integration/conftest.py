@@ -147,9 +147,9 @@ class Process:
         self._log = log_path.open("wb")
         self.popen = subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, **env},
                                       stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait_for(ready_marker)
+        self.wait_for(ready_marker)
 
-    def _wait_for(self, marker: str, timeout_s: float = 60) -> None:
+    def wait_for(self, marker: str, timeout_s: float = 60) -> None:
         give_up = time.monotonic() + timeout_s
         while time.monotonic() < give_up:
             if marker in self.log_path.read_text(errors="replace"):

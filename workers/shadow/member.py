@@ -36,6 +36,6 @@ class ShadowMember(KafkaMember):
         await verify_credentials(self.settings)
         redis, producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=5,
-            topics=[requests_topic(self.settings.model), comparisons_topic(self.settings.model)])
+            topics=[requests_topic(self.settings.model), comparisons_topic(self.settings.model)], what="shadow")
         self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
         return self._engine

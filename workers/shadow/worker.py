@@ -29,12 +29,13 @@ import time
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 
+from common.process import wait_for_dependencies
 from common.redis_cluster import AnyRedis
 from schemas.names import consumer_group
 from workers.delivery.offsets import backlog_drained, commit_records
 from workers.health.endpoints import health_endpoints
 from workers.health.probes import ProcessProbes
-from workers.membership import group_consumer
+from workers.membership import group_consumer, started_consumer
 from workers.shadow.member import ShadowMember
 from workers.shadow.engine import BackendLoader, ShadowMetrics, yield_cpu_to_live_workers
 from workers.shadow.settings import ShadowSettings
@@ -62,11 +63,10 @@ class ShadowWorker(ShadowMember):
                 await self.backends.get(self._engine.candidate)
             except Exception:
                 log.exception("shadow could not load candidate %s", self._engine.candidate)
-        self._consumer = group_consumer(self.settings, self.topic, group=self.group, client_id=self.worker_id,
-                                        max_poll_records=self.settings.max_batch_size,
-                                        session_timeout_ms=self.settings.session_timeout_ms,
-                                        auto_offset_reset=self.settings.shadow_start)
-        await self._consumer.start()
+        self._consumer = await started_consumer(self.settings, "shadow", lambda: group_consumer(
+            self.settings, self.topic, group=self.group, client_id=self.worker_id,
+            max_poll_records=self.settings.max_batch_size, session_timeout_ms=self.settings.session_timeout_ms,
+            auto_offset_reset=self.settings.shadow_start))
         log.info("shadow %s on %s (group %s): candidate %s vs stable %s", self.worker_id, self.topic, self.group,
                  self._engine.candidate or "none yet", self._engine.stable)
 
@@ -99,6 +99,7 @@ async def serve_shadow(settings: ShadowSettings, *, burst: bool = False) -> int:
     """Run one shadow process until SIGTERM (or, in burst mode, a drained backlog): the entry
     point behind `FLEET_ROLE=shadow fleet-worker` and `fleet shadow run`. Returns records read."""
     yield_cpu_to_live_workers(settings)
+    await wait_for_dependencies(settings, "shadow")
     worker = ShadowWorker(settings)
     probes = ProcessProbes(worker.worker_id)
     async with health_endpoints(probes, worker.metrics.registry, host=settings.metrics_host,

@@ -22,18 +22,13 @@ from common.clients import new_consumer, redis_client
 from common.settings import FleetSettings
 from common.topics import ensure_topics, partitions_of
 from gateway.app import create_app
+from fleet.ports import free_port
 from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
 from schemas.names import reply_stream, requests_topic
 from schemas.wire import Request, Result, Status, now_ms
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 TEST_TENANT = "gw-tests"

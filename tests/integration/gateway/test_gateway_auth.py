@@ -21,7 +21,9 @@ from tests.integration.gateway.gateway_harness import (METRICS_TENANT, TEST_TENA
 MODEL = "gw-auth-model"  # accepted by the gateway, served by no worker
 SOME_ID = "cd" * 16
 GUARDED = [("POST", f"/v1/models/{MODEL}/infer"), ("POST", f"/v1/models/{MODEL}/requests"),
-           ("GET", f"/v1/results/{SOME_ID}"), ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs")]
+           ("GET", f"/v1/results/{SOME_ID}"), ("GET", "/metrics"), ("GET", "/docs/../metrics")]
+# Open to all: they document the API and serve nothing of it (gateway/docs_page.py).
+DOCS = ["/docs", "/openapi.json", "/docs/static/swagger-ui-bundle.js", "/docs/static/swagger-ui.css"]
 
 
 def settings(**changes: object) -> GatewaySettings:
@@ -36,7 +38,7 @@ async def call(http: httpx.AsyncClient, method: str, path: str, headers: dict[st
 @pytest.mark.parametrize("headers", [{"authorization": ""}, {"authorization": "Bearer fk_000000000000_nope"},
                                      {"authorization": "", "x-api-key": "not a key"}, {"authorization": "Basic dXNlcjpwYXNz"},
                                      {"authorization": "Bearer " + "x" * 300}])
-async def test_every_route_but_the_probes_needs_a_valid_key(stack: FleetSettings, headers: dict[str, str]) -> None:
+async def test_every_route_but_the_probes_and_the_docs_needs_a_valid_key(stack: FleetSettings, headers: dict[str, str]) -> None:
     async with in_process(settings()) as http:
         for method, path in GUARDED:
             response = await call(http, method, path, headers)
@@ -44,6 +46,9 @@ async def test_every_route_but_the_probes_needs_a_valid_key(stack: FleetSettings
             assert response.headers["www-authenticate"] == "Bearer"
         assert (await http.get("/healthz", headers=headers)).status_code == 200
         assert (await http.get("/readyz", headers=headers)).json()["auth"] == "required"
+        for path in DOCS:
+            assert (await http.get(path, headers=headers)).status_code == 200, path
+        assert (await http.get("/docs/static/../../metrics", headers=headers)).status_code in (401, 404)
         metrics = await http.metrics()
     assert 'fleet_gateway_auth_failures_total{reason=' in metrics
 
@@ -79,7 +84,8 @@ async def test_redis_away_while_checking_a_key_is_503_never_a_way_in(stack: Flee
     redis_server.start()
     try:
         # A single plain Redis, even when the suite runs against a cluster stack (FLEET_REDIS_CLUSTER=true).
-        gateway = settings(redis_url=redis_server.url, redis_cluster=False, auth_cache_s=0.2, auth_lookup_timeout_s=1.0)
+        gateway = settings(redis_url=redis_server.url, redis_cluster=False, auth_cache_s=0.2, auth_lookup_timeout_s=1.0,
+                           auth_outage_grace_s=0)  # no grace: see the next test for keys verified lately
         async with in_process(gateway) as http:
             assert (await http.get(f"/v1/results/{SOME_ID}")).status_code == 404
             redis_server.stop()
@@ -88,6 +94,25 @@ async def test_redis_away_while_checking_a_key_is_503_never_a_way_in(stack: Flee
                 response = await call(http, method, path, http.headers)
                 assert response.status_code == 503, f"{method} {path}: {response.text}"
                 assert response.headers["retry-after"] == "1" and response.json()["dependency"] == "redis"
+    finally:
+        redis_server.stop()
+
+
+async def test_during_an_outage_only_keys_verified_lately_are_let_in(stack: FleetSettings, tmp_path: Path) -> None:
+    redis_server = ThrowawayRedis(tmp_path)
+    redis_server.start()
+    try:
+        gateway = settings(redis_url=redis_server.url, redis_cluster=False, auth_cache_s=0.2, auth_lookup_timeout_s=1.0,
+                           auth_outage_grace_s=30)
+        async with in_process(gateway) as http:
+            never_seen = {"authorization": f"Bearer {await issue_key(redis_server.url, TEST_TENANT, cluster=False)}"}
+            assert (await http.get(f"/v1/results/{SOME_ID}")).status_code == 404  # this key verified now
+            redis_server.stop()
+            await asyncio.sleep(0.3)  # past the cached answer
+            # Let in on its verification: it reaches the route, which tells a tenant key off /metrics.
+            assert (await http.get("/metrics")).status_code == 403
+            refused = await http.get("/metrics", headers=never_seen)
+            assert refused.status_code == 503 and refused.json()["dependency"] == "redis", refused.text
     finally:
         redis_server.stop()
 

@@ -12,7 +12,7 @@ import httpx
 
 from common.auth_keys import key_digest
 from tests.integration.conftest import Process
-from tests.integration.gateway.gateway_harness import free_port
+from fleet.ports import free_port
 
 MODEL = "gw-auth-process"
 TENANT = "leak-check"

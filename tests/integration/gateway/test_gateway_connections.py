@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from tests.integration.conftest import Process
-from tests.integration.gateway.gateway_harness import bearer, free_port, write_keys_file
+from fleet.ports import free_port
+from tests.integration.gateway.gateway_harness import bearer, write_keys_file
 
 MODEL = "gw-connections"
 TENANT = "slow-client"

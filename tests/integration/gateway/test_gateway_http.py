@@ -1,6 +1,5 @@
 import asyncio
 import json
-import socket
 import time
 from collections.abc import Iterator
 
@@ -11,6 +10,7 @@ import pytest
 from common.clients import new_admin
 from common.settings import FleetSettings
 from common.topics import ensure_topics
+from fleet.ports import free_port
 from tests.integration.conftest import MODEL, Process
 from tests.integration.gateway.gateway_harness import METRICS_TENANT, TEST_TENANT, bearer, cli_key
 from models.backends.base import Backend
@@ -18,12 +18,6 @@ from models.backends.base import Backend
 IDLE_MODEL = "idle-model"  # accepted by the gateway, served by no worker: its requests time out
 RULE_MODEL = "rules-model"  # served by no worker, with a rule-based safe answer configured
 SAFE_ANSWER = {"label": "handoff_to_human", "confidence": 0.0}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +201,33 @@ async def test_a_tenant_cannot_create_topics_by_naming_them(gateway_url: str, au
         assert made_up not in await admin.list_topics()
     finally:
         await admin.close()
+
+
+async def until_brokers_list(topic: str) -> None:
+    admin = new_admin(FleetSettings())
+    await admin.start()
+    try:
+        async with asyncio.timeout(10):
+            while topic not in await admin.list_topics():
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+
+
+async def test_a_results_topic_created_a_moment_ago_is_usable_at_once(gateway_url: str, auth: dict[str, str]) -> None:
+    """The gateway's topic list is fresh (it just refused a made-up name), then a topic is created:
+    a miss on its name costs a look-up of that name, not a wait for the next full refresh."""
+    new = f"fleet.results.gw-new-{time.time_ns()}"
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30, headers=auth) as http:
+        primed = await http.post(f"/v1/models/{MODEL}/requests",
+                                 json={"text": "hi", "results_topic": f"fleet.results.made-up-{time.time_ns()}"})
+        await ensure_topics(FleetSettings(), [new], 1)
+        await until_brokers_list(new)  # what `fleet topics` users see: the gateway's own list is still stale
+        answers = await asyncio.gather(*(http.post(f"/v1/models/{MODEL}/requests",
+                                                   json={"text": f"new topic {i}", "results_topic": new})
+                                         for i in range(20)))
+    assert primed.status_code == 422
+    assert [answer.status_code for answer in answers] == [202] * 20, {a.text for a in answers}
 
 
 async def test_a_deadline_too_short_to_publish_is_a_timeout_not_an_outage(gateway_url: str, auth: dict[str, str],

@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 
 from tests.integration.conftest import Process
-from tests.integration.gateway.gateway_harness import free_port, hung_broker
+from fleet.ports import free_port
+from tests.integration.gateway.gateway_harness import hung_broker
 
 GATEWAY = ["-m", "gateway.main"]
 

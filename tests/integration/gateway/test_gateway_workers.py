@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from common.settings import FleetSettings
 from tests.integration.conftest import Process
-from tests.integration.gateway.gateway_harness import METRICS_TENANT, bearer, cli_key, echo_worker, free_port
+from fleet.ports import free_port
+from tests.integration.gateway.gateway_harness import METRICS_TENANT, bearer, cli_key, echo_worker
 
 MODEL = "gw-workers"
 REQUESTS = 60

@@ -10,7 +10,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from redis.asyncio import Redis
 from common.settings import FleetSettings
 from gateway.client import FleetClient
 from schemas.names import DLQ_TOPIC, requests_topic, result_key
+from fleet.ports import free_port
 from schemas.wire import DeadLetter, ReplyTo, Request, Result, Status, new_request_id, now_ms
 from tests.integration.conftest import MODEL, ROOT, end_offsets, read_from
 from tests.integration.workers.health.test_fallback import results_for
@@ -154,12 +154,6 @@ async def test_a_stored_ok_result_is_never_replaced_by_a_later_expired_one(
         await asyncio.sleep(1.5)
         stored = Result.decode(await redis.get(result_key(request.id)))
     assert first.status is Status.ok and stored.status is Status.ok and stored.finished_ms == first.finished_ms
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @asynccontextmanager

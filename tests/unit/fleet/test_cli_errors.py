@@ -39,7 +39,23 @@ def test_ctrl_c_and_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
 def test_lag_against_a_port_nobody_listens_on(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FLEET_KAFKA_BOOTSTRAP", "127.0.0.1:9")
+    monkeypatch.setenv("FLEET_STARTUP_TIMEOUT_S", "1")  # it waits that long for Kafka first
     with pytest.raises(SystemExit) as ended:
         cli.main(["lag", "--interval", "0.1"])
     assert ended.value.code == Exit.UNAVAILABLE
     assert "cannot reach Kafka at 127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_a_command_that_may_run_again_waits_out_an_outage(capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[int] = []
+
+    def entry() -> int:
+        calls.append(1)
+        if len(calls) < 3:
+            raise KafkaConnectionError("Unable to bootstrap")
+        return Exit.OK
+
+    assert run_command("lag", entry, wait_s=20) == Exit.OK
+    assert len(calls) == 3
+    assert capsys.readouterr().err.startswith("fleet lag: waiting for Kafka (KafkaConnectionError); ")
+    assert cli.waiting_for("lag") > 0 and cli.waiting_for("keys") == 0 == cli.waiting_for("demo")

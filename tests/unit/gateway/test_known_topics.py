@@ -48,3 +48,52 @@ async def test_kafka_down_is_an_outage_not_a_missing_topic() -> None:
         await known.exists("fleet.results")
     cluster.down = False
     assert await known.exists("fleet.results")  # a failed fetch did not count as this interval's answer
+
+
+class Lookups:
+    """Whether one topic exists, as Kafka's metadata for that name says; counted."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.asked: list[str] = []
+
+    async def __call__(self, name: str) -> bool:
+        self.asked.append(name)
+        await asyncio.sleep(0.01)
+        return name in self.cluster.topics
+
+
+async def test_a_topic_created_a_moment_ago_is_usable_at_once_with_one_lookup() -> None:
+    cluster = Cluster("fleet.results")
+    lookups = Lookups(cluster)
+    known = KnownTopics(cluster.fetch, lookups, refresh_s=60)
+    assert await known.exists("fleet.results")  # the list is fresh now: no full fetch for a minute
+    cluster.topics.add("fleet.results.new")
+    answers = await asyncio.gather(*(known.exists("fleet.results.new") for _ in range(50)))
+    assert all(answers)
+    assert lookups.asked == ["fleet.results.new"], "one look-up, shared by the 50 callers"
+    assert await known.exists("fleet.results.new") and len(lookups.asked) == 1 and cluster.fetches == 1
+
+
+async def test_lookups_of_made_up_names_are_bounded_in_rate_and_per_name() -> None:
+    cluster = Cluster("fleet.results")
+    lookups = Lookups(cluster)
+    known = KnownTopics(cluster.fetch, lookups, refresh_s=60, lookups_per_s=5, recheck_s=60,
+                        clock=lambda: 1000.0)  # time stands still: the bucket does not refill
+    await known.exists("fleet.results")
+    names = [f"fleet.results.made-up-{i}" for i in range(100)]
+    assert not any(await asyncio.gather(*(known.exists(name) for name in names)))
+    assert len(lookups.asked) == 5, "the bucket holds five"
+    assert not await known.exists(lookups.asked[0]) and len(lookups.asked) == 5, "a miss is remembered"
+
+
+async def test_a_failed_lookup_is_an_outage() -> None:
+    cluster = Cluster("fleet.results")
+
+    async def down(name: str) -> bool:
+        raise KafkaConnectionError("no broker")
+
+    known = KnownTopics(cluster.fetch, down, refresh_s=60)
+    await known.exists("fleet.results")
+    with pytest.raises(FleetUnavailable):
+        await known.exists("fleet.results.new")

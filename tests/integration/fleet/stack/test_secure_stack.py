@@ -10,7 +10,6 @@ shows in any log or output the stack, the worker or the gateway wrote.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from common.settings import FleetSettings
 from fleet.stack import kafka_server, topology
 from fleet.stack.layout import Stack, StackSettings
 from fleet.stack.proc import Endpoint, pid_alive, port_open
+from fleet.ports import free_port
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from tests.integration.conftest import MODEL, Process
@@ -48,12 +48,6 @@ def _free_ports() -> dict[str, str]:
             return {"FLEET_KAFKA_BOOTSTRAP": str(kafka), "FLEET_KAFKA_CONTROLLER_PORT": str(kafka.port + 1),
                     "FLEET_REDIS_URL": f"redis://{redis}/0"}
     raise AssertionError("no free ports for a secure test stack")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _read_env(path: Path) -> dict[str, str]:
@@ -133,7 +127,7 @@ async def test_worker_gateway_and_client_serve_through_the_secured_stack(secure:
     env = {**secure.credentials, "FLEET_MODEL": MODEL, "FLEET_WORKER_ID": "secure-w1", "FLEET_SESSION_TIMEOUT_MS": "6000",
            "FLEET_MAX_QUEUE_DELAY_MS": "10", "FLEET_HOME": secure.env["FLEET_HOME"],
            "FLEET_MODEL_DIR": secure.env["FLEET_MODEL_DIR"]}
-    port = _free_port()
+    port = free_port()
     started: list[Process] = []
     try:
         started.append(Process(["-m", "workers.main"], env, "ready:", tmp_path / "worker.log"))
@@ -160,7 +154,7 @@ async def test_worker_gateway_and_client_serve_through_the_secured_stack(secure:
 
 def _refused_at_start(secure: SecureStack, tmp_path: Path, module: str, **wrong: str) -> tuple[int, str, float]:
     env = {**secure.env, **secure.credentials, "FLEET_MODEL": MODEL, "FLEET_WORKER_ID": "secure-refused",
-           "FLEET_PORT": str(_free_port()), **wrong}
+           "FLEET_PORT": str(free_port()), **wrong}
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", module], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60, check=False)

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from common.heartbeats import drain, undrain
 from tests.integration.conftest import MODEL, Process, start_worker
-from tests.integration.gateway.test_gateway_http import free_port
+from fleet.ports import free_port
 
 
 async def answer_when(url: str, expected: int, timeout_s: float = 30) -> dict[str, Any]:
