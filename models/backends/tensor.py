@@ -9,6 +9,7 @@ every output, in order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,13 +26,21 @@ TensorAnswer = dict[str, npt.NDArray[Any]]
 MAX_ROWS_PER_RUN = 1024
 
 
+@dataclass(frozen=True)
+class StackedRows(Encoded):
+    """A tensor batch: request i owns `counts[i]` rows of its chunk's stacked inputs. No tokens:
+    `lengths`, `real_tokens` and `padded_tokens` stay empty, so no token metric counts rows."""
+
+    counts: tuple[int, ...] = ()
+
+
 def _shape_key(item: TensorInput) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
     return tuple((name, array.dtype.str, tuple(array.shape[1:])) for name, array in sorted(item.arrays.items()))
 
 
-def stack_groups(items: Sequence[TensorInput], max_rows: int = MAX_ROWS_PER_RUN) -> Encoded:
+def stack_groups(items: Sequence[TensorInput], max_rows: int = MAX_ROWS_PER_RUN) -> StackedRows:
     """Requests grouped by their non-batch axes, each group's inputs concatenated along axis 0.
-    `lengths` holds each request's row count, so a run can hand the rows back."""
+    `counts` holds each request's row count, so a run can hand the rows back."""
     groups: dict[Any, list[list[int]]] = {}
     for index, item in enumerate(items):
         runs = groups.setdefault(_shape_key(item), [[]])
@@ -44,8 +53,8 @@ def stack_groups(items: Sequence[TensorInput], max_rows: int = MAX_ROWS_PER_RUN)
             names = items[run[0]].arrays.keys()
             feeds = {name: np.concatenate([items[i].arrays[name] for i in run]) for name in names}
             chunks.append(Chunk(rows=np.asarray(run, dtype=np.intp), feeds=feeds))
-    return Encoded(count=len(items), chunks=chunks, real_tokens=0, padded_tokens=0,
-                   lengths=tuple(item.rows for item in items))
+    return StackedRows(count=len(items), chunks=chunks, real_tokens=0, padded_tokens=0,
+                       counts=tuple(item.rows for item in items))
 
 
 class OnnxTensorBackend:
@@ -72,15 +81,15 @@ class OnnxTensorBackend:
             raise ValueError(f"{manifest.id}: manifest declares inputs {declared}, graph has {actual}")
         return cls(manifest, session, options.device)
 
-    def encode(self, items: Sequence[TensorInput]) -> Encoded:
+    def encode(self, items: Sequence[TensorInput]) -> StackedRows:
         return stack_groups(items)
 
-    def run(self, encoded: Encoded) -> list[TensorAnswer]:
+    def run(self, encoded: StackedRows) -> list[TensorAnswer]:
         """Each request's rows of every output, in the order the requests were given."""
         answers: list[TensorAnswer | None] = [None] * encoded.count
         for chunk in encoded.chunks:
             results = self._session.run(self._outputs, chunk.feeds)
-            counts = [encoded.lengths[row] for row in chunk.rows.tolist()]
+            counts = [encoded.counts[row] for row in chunk.rows.tolist()]
             total = sum(counts)
             for name, result in zip(self._outputs, results, strict=True):
                 if np.ndim(result) == 0 or np.shape(result)[0] != total:

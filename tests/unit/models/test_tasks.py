@@ -18,7 +18,7 @@ def _item(*shape: int, fill: float = 0.0) -> TensorInput:
 def test_tensor_rows_stack_along_axis_0_in_groups_of_equal_other_axes() -> None:
     items = [_item(1, 3, fill=1), _item(2, 5, fill=2), _item(2, 3, fill=3), _item(1, 5, fill=4)]
     encoded = stack_groups(items)
-    assert encoded.count == 4 and encoded.lengths == (1, 2, 2, 1)
+    assert encoded.count == 4 and encoded.counts == (1, 2, 2, 1) and encoded.lengths == ()
     by_rows = {tuple(chunk.rows.tolist()): chunk.feeds["x"] for chunk in encoded.chunks}
     assert sorted(by_rows) == [(0, 2), (1, 3)]
     np.testing.assert_array_equal(by_rows[(0, 2)][:, 0], [1, 3, 3])
