@@ -108,7 +108,7 @@ async def run(args: argparse.Namespace) -> list[TaskRow]:
     rerank, tensor = bench_models(ModelRegistry(settings.registry_dir), bench_registry)
     rows = []
     async with FleetClient(ClientSettings(default_timeout_s=60)) as client:
-        for manifest in (rerank, tensor):
+        for manifest in (m for m in (rerank, tensor) if m.task in args.tasks):
             requests, payloads = workload(manifest.name, args.requests)
             for max_batch in BATCH_SIZES:
                 env = worker_env(bench_registry, manifest.name, max_batch, args.threads)
@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=256, help="distinct requests cycled through")
     parser.add_argument("--repeats", type=int, default=3, help="raw passes through the requests")
     parser.add_argument("--threads", type=int, default=0, help="FLEET_INTRA_OP_THREADS of the worker and raw runs")
+    parser.add_argument("--tasks", nargs="+", choices=("rerank", "tensor"), default=["rerank", "tensor"],
+                        help="which models to measure")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.repeats, args.requests = 5.0, 2.0, 2, min(args.requests, 64)
