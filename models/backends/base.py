@@ -78,6 +78,11 @@ def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficien
 class Backend(Protocol):
     """A loaded model version on one device.
 
+    Written for text: `encode` takes texts, `run` gives a float32 row per text. The backends of
+    the other tasks (models/loading.py picks one by the manifest's task) take what their task
+    parses a request into (models/tasks: a query and passages, tensors) and give one answer per
+    request, whatever the task makes of it (`TaskKind.outputs`); the worker passes both through.
+
     `infer` is synchronous and must be safe to call from several threads at once: the
     worker runs it through `asyncio.to_thread` so the event loop keeps consuming.
     """

@@ -88,6 +88,12 @@ class ModelSet:
         started = time.perf_counter()
         backend = await asyncio.to_thread(self._load, version)
         elapsed = time.perf_counter() - started
+        task, serving_task = backend.manifest.task, self.serving.stable.manifest.task
+        if task != serving_task:
+            # Requests are read by the served task (models/tasks): a version of another task would
+            # get inputs it cannot take, and callers answers of another shape.
+            raise ValueError(f"{version} is a {task} model and this worker serves {serving_task}: a model keeps "
+                             "its task across versions (register it under another name)")
         self.resident[version] = backend
         self.loads += 1
         log.info("loaded and warmed %s in %.2f s beside the serving versions", version, elapsed)
