@@ -22,7 +22,7 @@ from models.importing.detect import DetectedSource, detect
 from models.importing.errors import ImportRefused
 from models.importing.fetch import local_source, source_hashes
 from models.importing.manifest import derive_manifest, import_source
-from models.importing.signature import check_fits_task, read_signature
+from models.importing.signature import check_fits_task, name_anonymous_axes, read_signature
 from models.registry import CheckNotPassed, ModelManifest, ModelRegistry
 
 
@@ -70,6 +70,7 @@ def import_model(registry: ModelRegistry, source: str, request: ImportRequest, p
         with staged_version(registry, request.name, created) as (version_id, folder):
             progress.step(f"converting to ONNX in {folder}")
             converted = convert(detected, request, folder)
+            name_anonymous_axes(folder / ONNX_FILE)
             inputs, outputs = read_signature(folder / ONNX_FILE, converted.task)
             check_fits_task(converted.task, inputs, outputs, converted.labels)
             progress.step(f"task {converted.task}; checking the graph against {converted.format} and in batches of 1, 3, 8")
