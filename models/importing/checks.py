@@ -94,6 +94,7 @@ def smoke_batches(session: ort.InferenceSession, samples: Samples, *, compare_ro
     """Run batches of 1, 3 and 8 rows; refuse wrong row counts; the worst batched-vs-alone difference."""
     if samples.count < max(SMOKE_BATCHES):
         raise ValueError(f"{samples.count} sample rows; the smoke batches need {max(SMOKE_BATCHES)}")
+    declared = {output.name: output.shape for output in session.get_outputs()}
     alone = [run(session, samples.feeds([row])) for row in range(max(SMOKE_BATCHES))]
     worst = 0.0
     for size in SMOKE_BATCHES:
@@ -102,9 +103,18 @@ def smoke_batches(session: ort.InferenceSession, samples: Samples, *, compare_ro
             if array.ndim == 0 or array.shape[0] != size:
                 raise ImportRefused(f"output {name!r} has shape {list(array.shape)} for a batch of {size}: "
                                     "it must have one row per input row (axis 0)")
+            _check_declared(name, array.shape, declared[name])
             if compare_rows and array.dtype.kind == "f":
                 worst = max(worst, _worst_row_difference(array, [single[name] for single in alone[:size]]))
     return worst
+
+
+def _check_declared(name: str, actual: tuple[int, ...], declared: Sequence[object]) -> None:
+    # The manifest is read from the declared signature: a graph whose outputs differ from it would
+    # serve rows the manifest does not describe.
+    fixed = [(axis, size) for axis, size in enumerate(declared) if isinstance(size, int)]
+    if len(actual) != len(declared) or any(actual[axis] != size for axis, size in fixed):
+        raise ImportRefused(f"output {name!r} is declared {list(declared)} but the graph returns shape {list(actual)}")
 
 
 def _worst_row_difference(batched: npt.NDArray[np.generic], singles: Sequence[npt.NDArray[np.generic]]) -> float:

@@ -88,7 +88,7 @@ def convert_transformers(folder: Path, request: ImportRequest, into: Path) -> Co
     samples = TextSamples(tokenizer, max_length, names, check_texts(pairs=task == "rerank"))
     model = _load(folder, task)
     module = MeanPooledEmbedder(model) if task == "embedding" else TaskHead(model, task, names)
-    width = {"embedding": int(config.get("hidden_size", 0)) or None, "rerank": 1}.get(task, len(labels) or None)
+    width = {"embedding": int(config.get("hidden_size", 0)) or None, "rerank": 1}.get(task, _label_count(config))
     export_text_graph(module, samples.feeds([0, 1]), into / ONNX_FILE, OUTPUTS[task],
                       per_token=task == "token-classification", width=width)
     output = OUTPUTS[task]
@@ -97,6 +97,11 @@ def convert_transformers(folder: Path, request: ImportRequest, into: Path) -> Co
         max_length=max_length, reference=lambda feeds: {output: run_torch(module, feeds, names)},
         recipe=_recipe(config, task), hyperparameters={"opset": _opset(), "attention": "eager", "task": task},
     )
+
+
+def _label_count(config: dict[str, Any]) -> int | None:
+    """Columns of the classifier's logits, as its config says (labels given by hand are checked against it)."""
+    return len(config.get("id2label") or {}) or config.get("num_labels")
 
 
 def _opset() -> int:
