@@ -75,7 +75,8 @@ def import_model(registry: ModelRegistry, source: str, request: ImportRequest, p
             check_fits_task(converted.task, inputs, outputs, converted.labels)
             progress.step(f"task {converted.task}; checking the graph against {converted.format} and in batches of 1, 3, 8")
             session = _session(folder / ONNX_FILE)
-            check = check_against_source(session, converted.samples, converted.reference, converted.format)
+            check = check_against_source(session, converted.samples, converted.reference, converted.format,
+                                         {spec.name: spec.shape for spec in outputs})
             progress.step(f"FP32 check: {describe_check(check)}")
             source_record = import_source(converted, uri, provenance)
             fp32 = derive_manifest(converted, name=request.name, version_id=version_id, created=created,
