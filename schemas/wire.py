@@ -136,7 +136,8 @@ class Request(_Wire):
         # msgpack's strings are valid UTF-8 already: a map of strings (the usual text request) keeps the bounds.
         if not (plain_strings(data.get("inputs", _NONE)) and plain_strings(data.get("params", _NONE))):
             problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
-                        for path, problem in bound_problems(data.get(field, {}), PARAMS_BOUNDS, limit=3)]
+                        for path, problem in bound_problems(data.get(field, {}), PARAMS_BOUNDS, limit=3,
+                                                            allow_bytes=field == "inputs")]
             if problems:
                 raise WireError("invalid fields: " + "; ".join(problems))
         try:
