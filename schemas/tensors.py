@@ -38,7 +38,7 @@ def encode_tensor(array: npt.ArrayLike) -> dict[str, Any]:
     """The wire map of an array: dtype name, shape, little-endian row-major bytes."""
     value = np.asarray(array)
     little = value.astype(value.dtype.newbyteorder("<"), copy=False)
-    return {"dtype": str(value.dtype), "shape": list(value.shape), "data": np.ascontiguousarray(little).tobytes()}
+    return {"dtype": value.dtype.name, "shape": list(value.shape), "data": np.ascontiguousarray(little).tobytes()}
 
 
 def decode_tensor(value: Any, name: str = "tensor") -> Array:
@@ -173,3 +173,31 @@ def _typed(array: Array, dtype: np.dtype[Any]) -> Array:
     elif not all(type(x) in (int, float) for x in flat):
         raise ValueError("not numbers")
     return np.asarray(array.tolist(), dtype=dtype).reshape(array.shape)
+
+
+def output_tensors(outputs: Mapping[str, Any] | None) -> dict[str, Array]:
+    """A tensor result's output arrays by name (empty when the outputs hold none)."""
+    tensors = (outputs or {}).get("tensors")
+    if not isinstance(tensors, Mapping):
+        return {}
+    return {str(name): decode_tensor(value, str(name)) for name, value in tensors.items()}
+
+
+def tensors_as_json(outputs: dict[str, Any]) -> dict[str, Any]:
+    """`outputs` with every tensor's data as a nested array of numbers, for JSON, which has no bytes."""
+    tensors = outputs.get("tensors")
+    if not isinstance(tensors, Mapping):
+        return outputs
+    converted = {}
+    for name, value in tensors.items():
+        array = decode_tensor(value, str(name))
+        converted[name] = {"dtype": str(array.dtype), "shape": list(array.shape), "data": array.tolist()}
+    return {**outputs, "tensors": converted}
+
+
+def inputs_map(value: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A request's `inputs` from what a caller holds: a text, or a map whose numpy arrays become
+    tensor maps (the rest, e.g. rerank's query and passages, as it is)."""
+    if isinstance(value, str):
+        return {"text": value}
+    return {str(name): encode_tensor(item) if isinstance(item, np.ndarray) else item for name, item in value.items()}
