@@ -90,6 +90,11 @@ class ModelLoader:
             from models.backends.tensor import OnnxTensorBackend
 
             return OnnxTensorBackend.load(self.registry, manifest, options)  # type: ignore[return-value]
+        if manifest.task in ("rerank", "token-classification"):
+            from models.backends.text_tasks import OnnxRerankBackend, OnnxTokenClassificationBackend
+
+            backend_class = OnnxRerankBackend if manifest.task == "rerank" else OnnxTokenClassificationBackend
+            return backend_class.load(self.registry, manifest, options)  # type: ignore[return-value]
         from models.backends.onnx import OnnxEmbeddingBackend
 
         return OnnxEmbeddingBackend.load(self.registry, manifest, options)

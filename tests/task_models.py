@@ -61,3 +61,67 @@ def register_onnx(registry: ModelRegistry, name: str, model: onnx.ModelProto, *,
         files=hash_files(folder, [ONNX_FILE, *(extra_files or {})]), onnx_file=ONNX_FILE, inputs=inputs,
         outputs=outputs, check=_check(), task=task, **fields)  # type: ignore[arg-type]
     return registry.register(manifest)
+
+
+RERANK_MODEL = "tiny-rerank"
+TOKENS_MODEL = "tiny-entities"
+TOKEN_LABELS = ("O", "B-PLACE", "I-PLACE")
+PLACE_WORDS = {"paris": 1, "london": 1, "new": 1, "york": 2}  # word -> label index of its token
+
+
+def _token_inputs(*names: str) -> list[onnx.ValueInfoProto]:
+    return [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"]) for name in names]
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def rerank_graph(vocab_size: int) -> onnx.ModelProto:
+    """A cross-encoder in miniature: score [batch, 1] = sum over tokens of weight[id] * mask * (1 + type)."""
+    weights = np.random.default_rng(5).normal(size=vocab_size).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["weights", "input_ids"], ["token_scores"]),
+        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["token_type_ids"], ["types"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["types", "one"], ["second_weight"]),
+        helper.make_node("Mul", ["mask", "second_weight"], ["token_weight"]),
+        helper.make_node("Mul", ["token_scores", "token_weight"], ["weighted"]),
+        helper.make_node("ReduceSum", ["weighted", "axes"], ["score"], keepdims=1),
+    ]
+    initializers = [numpy_helper.from_array(weights, "weights"), numpy_helper.from_array(np.float32(1.0), "one"),
+                    numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    score = helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])
+    inputs = _token_inputs("input_ids", "attention_mask", "token_type_ids")
+    return _model(helper.make_graph(nodes, "tiny_rerank", inputs, [score], initializers))
+
+
+def token_graph(vocab_size: int, place_ids: dict[int, int]) -> onnx.ModelProto:
+    """logits [batch, sequence, 3] looked up per token id: `O` but for the ids of place words."""
+    table = np.tile(np.array([3.0, 0.0, 0.0], np.float32), (vocab_size, 1))
+    for token_id, label in place_ids.items():
+        table[token_id] = np.roll(np.array([3.0, 0.5, 0.0], np.float32), label)
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["logits"]),
+             helper.make_node("Identity", ["attention_mask"], ["unused_mask"])]
+    logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", 3])
+    graph = helper.make_graph(nodes, "tiny_entities", _token_inputs("input_ids", "attention_mask"), [logits],
+                              [numpy_helper.from_array(table, "table")])
+    return _model(graph)
+
+
+def register_text_task_models(registry: ModelRegistry, tokenizer_file: Path) -> tuple[ModelManifest, ModelManifest]:
+    """The tiny reranker and token classifier over the bundled MiniLM tokenizer."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    vocab = tokenizer.get_vocab_size()
+    place_ids = {int(tokenizer.token_to_id(word)): label for word, label in PLACE_WORDS.items()}
+    files = {"tokenizer.json": tokenizer_file}
+    rerank = register_onnx(registry, RERANK_MODEL, rerank_graph(vocab), task="rerank", extra_files=files,
+                           tokenizer_file="tokenizer.json", max_length=64)
+    tokens = register_onnx(registry, TOKENS_MODEL, token_graph(vocab, place_ids), task="token-classification",
+                           extra_files=files, tokenizer_file="tokenizer.json", max_length=64, labels=TOKEN_LABELS)
+    return rerank, tokens
