@@ -3,8 +3,10 @@
 The task comes from the config's architecture: *ForSequenceClassification is a classifier (one
 label: a cross-encoder reranker), *ForTokenClassification a token classifier, a bare encoder an
 embedding model (mean pooling and L2 normalisation in the graph, exactly as the build's MiniLM).
-Labels come from id2label. Classifiers end in a softmax, so their rows are probabilities; a
-reranker's graph returns its raw relevance score ([batch, 1]).
+Labels come from id2label. A sequence classifier ends in a softmax, so its rows are the
+probabilities the classification task serves; a reranker's graph returns its raw relevance score
+([batch, 1]) and a token classifier its raw logits ([batch, sequence, labels]), which the
+token-classification backend turns into probabilities per real token.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from models.importing.samples import TextSamples, check_texts
 from models.importing.text import find_max_length, install_tokenizer
 from models.importing.torch_export import export_text_graph, run_torch
 
-OUTPUTS: dict[str, str] = {"classification": "probabilities", "token-classification": "probabilities",
+OUTPUTS: dict[str, str] = {"classification": "probabilities", "token-classification": "logits",
                            "rerank": "scores", "embedding": "embedding"}
 _HEADS = {"ForSequenceClassification": ("classification", "rerank"), "ForTokenClassification": ("token-classification",)}
 
@@ -38,7 +40,7 @@ class TaskHead(torch.nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self.model(**dict(zip(self.input_names, tensors))).logits
-        return logits if self.task == "rerank" else torch.softmax(logits, dim=-1)
+        return torch.softmax(logits, dim=-1) if self.task == "classification" else logits
 
 
 def task_of(config: dict[str, Any], asked: ImportTask | None) -> ImportTask:
@@ -115,6 +117,6 @@ def _recipe(config: dict[str, Any], task: str) -> dict[str, str]:
 
     architecture = ",".join(config.get("architectures") or ["(bare encoder)"])
     head = {"embedding": "mean pooling over attention_mask -> L2 normalisation", "rerank": "raw score logit",
-            }.get(task, "softmax over the logits")
+            "token-classification": "raw logits per token"}.get(task, "softmax over the logits")
     return {"graph": f"{architecture} (eager attention) -> {head}", "exporter": f"torch.onnx.export TorchScript, "
             f"opset {_opset()}", "torch": torch.__version__, "transformers": transformers.__version__}

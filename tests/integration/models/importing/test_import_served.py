@@ -1,6 +1,7 @@
 """An imported model answers through a real worker (real Kafka and Redis) exactly what ONNX Runtime
-answers when run directly on its registered graph: a transformers classifier through FleetClient,
-a scikit-learn pipeline through a raw request carrying tensors."""
+answers when run directly on its registered graph: a transformers classifier, a cross-encoder and
+a token classifier through FleetClient, a scikit-learn pipeline through a raw request carrying
+tensors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from tokenizers import Tokenizer
 
 from gateway.client import FleetClient
 from models.build.progress import Progress
@@ -19,10 +21,11 @@ from models.importing.pipeline import import_model
 from models.importing.samples import TextSamples
 from models.loading import ModelLoader
 from models.registry import ModelManifest, ModelRegistry
+from models.tasks.token_classification import TokenScores, spans
 from schemas.tensors import decode_tensor, encode_tensor
 from schemas.wire import ReplyTo
 from tests.integration.conftest import serving
-from tests.integration.models.importing.sources import INTENTS, Sources
+from tests.integration.models.importing.sources import ENTITIES, INTENTS, Sources
 from workers.settings import WorkerSettings
 
 TEXTS = ("where is my parcel", "I was charged twice this month", "can I send it back?")
@@ -85,3 +88,48 @@ async def test_imported_sklearn_pipeline_answers_a_raw_tensor_request(tmp_path: 
     tensors = result.outputs["tensors"]
     np.testing.assert_array_equal(decode_tensor(tensors["label"]), label)
     np.testing.assert_allclose(decode_tensor(tensors["probabilities"]), probabilities, atol=1e-6)
+
+
+QUERY = "how do I get a refund?"
+PASSAGES = ["Refunds take five days.", "Our office is in Berlin.", "Send the parcel back within a month."]
+
+
+@pytest.mark.usefixtures("stack")
+async def test_imported_cross_encoder_reranks_through_the_client(tmp_path: Path, sources: Sources,
+                                                                 client: FleetClient) -> None:
+    registry, manifest = register(tmp_path, sources.cross_encoder, "imp-ranker")
+    settings = worker_settings(registry, manifest)
+    async with serving(settings, ModelLoader(settings.runtime()).load()):
+        result = await client.infer(manifest.name, {"query": QUERY, "passages": PASSAGES}, timeout=30)
+    assert result.status == "ok" and result.version == manifest.id and result.outputs is not None, result
+    tokenizer = Tokenizer.from_file(str(registry.path_of(manifest, manifest.tokenizer_file or "")))
+    want = []
+    for passage in PASSAGES:  # one pair at a time: no padding
+        encoding = tokenizer.encode(QUERY, passage)
+        feeds = {"input_ids": [encoding.ids], "attention_mask": [encoding.attention_mask],
+                 "token_type_ids": [encoding.type_ids]}
+        (score,) = direct(registry, manifest, {name: np.asarray(value, np.int64) for name, value in feeds.items()})
+        want.append(float(score[0, 0]))
+    np.testing.assert_allclose(result.outputs["scores"], want, rtol=1e-5, atol=1e-5)
+    assert result.outputs["ranking"] == [int(i) for i in np.argsort(-np.asarray(want), kind="stable")]
+
+
+@pytest.mark.usefixtures("stack")
+async def test_imported_token_classifier_gives_the_spans_of_its_graph(tmp_path: Path, sources: Sources,
+                                                                      client: FleetClient) -> None:
+    registry, manifest = register(tmp_path, sources.token_classifier, "imp-ner")
+    text = "Ada Lovelace met Charles Babbage in London"
+    settings = worker_settings(registry, manifest)
+    async with serving(settings, ModelLoader(settings.runtime()).load()):
+        result = await client.infer(manifest.name, text, timeout=30)
+    assert result.status == "ok" and result.version == manifest.id and result.outputs is not None, result
+    encoding = Tokenizer.from_file(str(registry.path_of(manifest, manifest.tokenizer_file or ""))).encode(text)
+    (logits,) = direct(registry, manifest, {"input_ids": np.asarray([encoding.ids], np.int64),
+                                            "attention_mask": np.asarray([encoding.attention_mask], np.int64)})
+    real = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+    exp = np.exp(logits[0] - logits[0].max(axis=-1, keepdims=True))
+    probabilities = (exp / exp.sum(axis=-1, keepdims=True))[real].astype(np.float32)
+    want = spans(ENTITIES, TokenScores(probabilities, tuple(encoding.offsets[i] for i in real)))
+    got = result.outputs["entities"]
+    assert [(e["label"], e["start"], e["end"]) for e in got] == [(e["label"], e["start"], e["end"]) for e in want]
+    np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in want], rtol=1e-5)

@@ -74,14 +74,13 @@ def test_cross_encoder_imports_as_a_reranker_scoring_pairs(registry: ModelRegist
     np.testing.assert_allclose(scores, torch_logits(sources.cross_encoder, "sequence", feeds), atol=1e-5)
 
 
-def test_token_classifier_imports_per_token_probabilities(registry: ModelRegistry, sources: Sources) -> None:
+def test_token_classifier_imports_per_token_logits(registry: ModelRegistry, sources: Sources) -> None:
     (manifest,) = imported(registry, sources.token_classifier, ImportRequest(name="ner"))
     assert (manifest.task, manifest.labels) == ("token-classification", ENTITIES)
-    assert manifest.outputs[0].shape == ("batch", "sequence", len(ENTITIES))
+    assert manifest.outputs[0].shape == ("batch", "sequence", len(ENTITIES)) and manifest.outputs[0].name == "logits"
     feeds = text_feeds(registry, manifest, pairs=False)
-    probabilities = session_of(registry, manifest).run(None, feeds)[0]
-    expected = torch.softmax(torch.from_numpy(torch_logits(sources.token_classifier, "token", feeds)), dim=-1).numpy()
-    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    logits = session_of(registry, manifest).run(None, feeds)[0]
+    np.testing.assert_allclose(logits, torch_logits(sources.token_classifier, "token", feeds), atol=1e-4)
 
 
 def test_sentence_transformers_folder_puts_pooling_and_normalisation_in_the_graph(
