@@ -57,8 +57,8 @@ def _to_onnx(estimator: Any, framework: ImportFormat, width: int) -> onnx.ModelP
 
         types = [(INPUT, FloatTensorType([None, width]))]
         if framework == "xgboost":
-            return onnxmltools.convert_xgboost(estimator, initial_types=types, target_opset=17)
-        return onnxmltools.convert_lightgbm(estimator, initial_types=types, zipmap=False, target_opset=17)
+            return onnxmltools.convert_xgboost(estimator, initial_types=types)
+        return onnxmltools.convert_lightgbm(estimator, initial_types=types, zipmap=False)
     except ImportError as exc:
         raise ImportRefused(f"converting a {framework} model needs the optional converters: "
                             f"pip install 'kafka-inference-fleet[import]' ({exc})") from exc

@@ -125,3 +125,20 @@ def test_int8_registers_a_child_gated_on_fp32_agreement(registry: ModelRegistry,
     assert int8.check.name == "int8-vs-fp32-onnx" and int8.check.value >= 0.98
     assert int8.files["model.onnx"] != fp32.files["model.onnx"] or kind == "cnn"
     assert [m.id for m in registry.versions(f"q-{kind}")] == [fp32.id, int8.id]
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
+def test_boosted_trees_import_through_onnxmltools(registry: ModelRegistry, sources: Sources, tmp_path: Path,
+                                                  framework: str) -> None:
+    library = pytest.importorskip(framework)
+    rows = sources.sklearn_rows
+    classes = (rows[:, 0] > 0).astype(int) + (rows[:, 1] > 0.5).astype(int)
+    estimator = (library.XGBClassifier(n_estimators=5, max_depth=3) if framework == "xgboost"
+                 else library.LGBMClassifier(n_estimators=5, num_leaves=7, verbose=-1)).fit(rows, classes)
+    joblib.dump(estimator, tmp_path / "trees.pkl")
+    (manifest,) = imported(registry, tmp_path / "trees.pkl", ImportRequest(name=f"trees-{framework}"))
+    assert manifest.task == "tensor" and manifest.source.format == framework  # type: ignore[union-attr]
+    assert manifest.inputs[0].allow_nan  # trees read NaN as a missing value
+    label, probabilities = session_of(registry, manifest).run(None, {manifest.inputs[0].name: rows})
+    np.testing.assert_array_equal(label, estimator.predict(rows))
+    np.testing.assert_allclose(probabilities, estimator.predict_proba(rows), atol=1e-5)

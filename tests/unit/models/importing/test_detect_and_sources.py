@@ -99,3 +99,18 @@ def test_sources_are_hashed_file_by_file(tmp_path: Path) -> None:
 def test_a_missing_local_source_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImportRefused, match="does not exist"), local_source(str(tmp_path / "nowhere")):
         pass
+
+
+def test_a_url_folder_is_copied_whole_for_the_import() -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/byom-test/model/config.json": b"{}", "/byom-test/model/sub/tokenizer.json": b"{\"t\": 1}"})
+    try:
+        with local_source("memory://byom-test/model") as path:
+            assert path.is_dir() and path.name == "model"
+            assert (path / "sub" / "tokenizer.json").read_bytes() == b"{\"t\": 1}"
+            copied = path
+        assert not copied.exists()  # the copy lives only as long as the import
+    finally:
+        fs.rm("/byom-test", recursive=True)
