@@ -2,7 +2,8 @@
 
 With token inputs (input_ids, ...) and a tokenizer beside it, it is a text model: a rank-3
 first output is token classification, labels make it a classifier, else an embedding model
-(a reranker must be asked for with --task rerank). Anything else is a tensor model.
+(a reranker must be asked for with --task rerank). Anything else is a tensor model. A text
+graph's scores are fitted to its task (`models.importing.scores`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from models.importing.converted import ONNX_FILE, Converted, ImportRequest, Impo
 from models.importing.errors import ImportRefused
 from models.importing.labels import labels_from_config
 from models.importing.samples import TextSamples, check_texts, random_tensors
+from models.importing.scores import fit_scores_to_task
 from models.importing.signature import TEXT_INPUTS, name_anonymous_axes, read_signature
 from models.importing.text import find_max_length, install_tokenizer
 
@@ -50,6 +52,9 @@ def convert_onnx(onnx_path: Path, folder: Path, request: ImportRequest, into: Pa
     tokenizer = install_tokenizer(folder, into)
     max_length = find_max_length(folder, tokenizer, request.max_length)
     samples_text = TextSamples(tokenizer, max_length, [spec.name for spec in inputs], check_texts(pairs=task == "rerank"))
+    fitted = fit_scores_to_task(staged, task, samples_text)
+    if fitted is not None:
+        recipe["scores"] = fitted
     return Converted(format="onnx", task=task, samples=samples_text, labels=labels, tokenizer_file=tokenizer,
                      max_length=max_length, recipe=recipe)
 

@@ -8,10 +8,13 @@ answers on the same inputs.
 from __future__ import annotations
 
 import io
+import json
+import shutil
 from pathlib import Path
 
 import joblib
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -142,3 +145,51 @@ def test_boosted_trees_import_through_onnxmltools(registry: ModelRegistry, sourc
     label, probabilities = session_of(registry, manifest).run(None, {manifest.inputs[0].name: rows})
     np.testing.assert_array_equal(label, estimator.predict(rows))
     np.testing.assert_allclose(probabilities, estimator.predict_proba(rows), atol=1e-5)
+
+
+def _onnx_folder(registry: ModelRegistry, manifest: ModelManifest, target: Path, edit: str) -> Path:
+    """The registered graph as a team's ONNX export: its last Softmax stripped, or a Softmax added."""
+    model = onnx.load(str(registry.path_of(manifest, manifest.onnx_file)))
+    output = model.graph.output[0]
+    if edit == "strip-softmax":
+        softmax = model.graph.node[-1]
+        assert softmax.op_type == "Softmax"
+        model.graph.node.remove(softmax)
+        output.name = softmax.input[0]
+    else:
+        model.graph.node.append(onnx.helper.make_node("Softmax", [output.name], ["scores"], axis=-1))
+        output.name = "scores"
+    target.mkdir()
+    onnx.save(model, str(target / "model.onnx"))
+    shutil.copyfile(registry.path_of(manifest, manifest.tokenizer_file or ""), target / "tokenizer.json")
+    (target / "config.json").write_text(json.dumps({"id2label": dict(enumerate(manifest.labels))}))
+    return target
+
+
+def _softmax(rows: np.ndarray) -> np.ndarray:
+    exp = np.exp(rows - rows.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def test_onnx_classifier_returning_logits_gets_its_softmax(registry: ModelRegistry, sources: Sources,
+                                                           tmp_path: Path) -> None:
+    (original,) = imported(registry, sources.classifier, ImportRequest(name="intents-src"))
+    folder = _onnx_folder(registry, original, tmp_path / "logits-export", "strip-softmax")
+    (manifest,) = imported(registry, folder, ImportRequest(name="intents-onnx"))
+    assert (manifest.task, manifest.labels, manifest.outputs[0].name) == ("classification", INTENTS, "probabilities")
+    assert manifest.recipe["scores"].startswith("Softmax appended")
+    feeds = text_feeds(registry, manifest, pairs=False)
+    np.testing.assert_allclose(session_of(registry, manifest).run(None, feeds)[0],
+                               session_of(registry, original).run(None, feeds)[0], atol=1e-6)
+
+
+def test_onnx_token_classifier_returning_probabilities_gets_logits_back(registry: ModelRegistry, sources: Sources,
+                                                                        tmp_path: Path) -> None:
+    (original,) = imported(registry, sources.token_classifier, ImportRequest(name="ner-src"))
+    folder = _onnx_folder(registry, original, tmp_path / "probabilities-export", "add-softmax")
+    (manifest,) = imported(registry, folder, ImportRequest(name="ner-onnx"))
+    assert (manifest.task, manifest.labels) == ("token-classification", ENTITIES)
+    assert manifest.recipe["scores"].startswith("Log appended")
+    feeds = text_feeds(registry, manifest, pairs=False)
+    np.testing.assert_allclose(_softmax(session_of(registry, manifest).run(None, feeds)[0]),
+                               _softmax(session_of(registry, original).run(None, feeds)[0]), atol=1e-5)

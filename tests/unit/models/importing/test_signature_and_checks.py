@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from models.importing.checks import check_against_source, smoke_batches
 from models.importing.errors import ImportRefused
 from models.importing.samples import TensorSamples, random_tensors
+from models.importing.scores import are_probabilities
 from models.importing.signature import check_fits_task, name_anonymous_axes, read_signature
 from models.registry import OutputSpec, TensorSpec
 
@@ -111,3 +112,9 @@ def test_the_reference_check_fails_on_disagreeing_labels_and_differences(tmp_pat
     assert not reversed_labels.passed and reversed_labels.metric == "label_agreement"
     shifted = check_against_source(session(path), samples, lambda f: {"p": softmax(f)["p"] + 1e-3}, "numpy")
     assert not shifted.passed and shifted.metric == "max_abs_diff"
+
+
+def test_probability_rows_are_told_from_logits() -> None:
+    assert are_probabilities(np.array([[0.2, 0.8], [1.0, 0.0]]))
+    assert not are_probabilities(np.array([[2.0, -1.0], [0.5, 0.5]]))
+    assert not are_probabilities(np.array([[0.3, 0.3]]))
