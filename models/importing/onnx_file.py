@@ -18,7 +18,7 @@ from models.importing.errors import ImportRefused
 from models.importing.labels import labels_from_config
 from models.importing.samples import TextSamples, check_texts, random_tensors
 from models.importing.scores import fit_scores_to_task
-from models.importing.signature import TEXT_INPUTS, name_anonymous_axes, read_signature
+from models.importing.signature import TEXT_INPUTS, check_text_inputs, name_anonymous_axes, read_signature
 from models.importing.text import find_max_length, install_tokenizer
 
 
@@ -49,6 +49,7 @@ def convert_onnx(onnx_path: Path, folder: Path, request: ImportRequest, into: Pa
         samples = random_tensors({spec.name: spec.shape for spec in inputs}, {spec.name: spec.dtype for spec in inputs})
         return Converted(format="onnx", task=task, samples=samples, labels=labels if request.labels else (),
                          recipe=recipe)
+    check_text_inputs(inputs)  # before any text is run through the graph
     tokenizer = install_tokenizer(folder, into)
     max_length = find_max_length(folder, tokenizer, request.max_length)
     samples_text = TextSamples(tokenizer, max_length, [spec.name for spec in inputs], check_texts(pairs=task == "rerank"))

@@ -90,7 +90,6 @@ def import_model(registry: ModelRegistry, source: str, request: ImportRequest, p
                 return [_register(registry, fp32, progress), _register(registry, int8, progress)]
 
 
-
 def _register(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) -> ModelManifest:
     registry.register(manifest)
     progress.step(f"registered {manifest.id} ({manifest.precision}, task {manifest.task})")

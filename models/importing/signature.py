@@ -57,13 +57,14 @@ def check_fits_task(task: str, inputs: Sequence[TensorSpec], outputs: Sequence[O
             raise ImportRefused(f"{spec.name!r} has shape {list(spec.shape)}: its axis 0 must be a dynamic batch axis "
                                 "(re-export with a dynamic first axis) so requests can be batched")
     if task in TEXT_TASKS:
-        _check_text_inputs(inputs)
+        check_text_inputs(inputs)
     else:
         _check_tensor_inputs(inputs)
     _check_labels(task, outputs[0], labels)
 
 
-def _check_text_inputs(inputs: Sequence[TensorSpec]) -> None:
+def check_text_inputs(inputs: Sequence[TensorSpec]) -> None:
+    """Refuse inputs a tokenizer does not make, naming them."""
     names = [spec.name for spec in inputs]
     unknown = [name for name in names if name not in TEXT_INPUTS]
     if unknown:
