@@ -193,3 +193,22 @@ def test_onnx_token_classifier_returning_probabilities_gets_logits_back(registry
     feeds = text_feeds(registry, manifest, pairs=False)
     np.testing.assert_allclose(_softmax(session_of(registry, manifest).run(None, feeds)[0]),
                                _softmax(session_of(registry, original).run(None, feeds)[0]), atol=1e-5)
+
+
+def test_a_tokenizer_folder_without_tokenizer_json_is_converted(registry: ModelRegistry, sources: Sources,
+                                                                tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    from models.build.source import locate_packaged_model
+
+    packaged = locate_packaged_model().model_dir
+    folder = tmp_path / "vocab-only"
+    shutil.copytree(sources.classifier, folder, ignore=shutil.ignore_patterns("tokenizer.json"))
+    for name in ("vocab.txt", "special_tokens_map.json"):
+        shutil.copyfile(packaged / name, folder / name)
+    (manifest,) = imported(registry, folder, ImportRequest(name="vocab-only"))
+    saved = Tokenizer.from_file(str(registry.path_of(manifest, "tokenizer.json")))
+    shipped = Tokenizer.from_file(str(packaged / "tokenizer.json"))
+    shipped.no_padding()  # the package's file pads to 128; serving pads per batch anyway
+    for text in ("Hello, World!", "naïve café déjà vu", "refund #A-10293"):
+        assert saved.encode(text).ids == shipped.encode(text).ids
