@@ -4,6 +4,9 @@
     fleet models show VERSION_OR_MODEL         one manifest in full (a model: its stable version) + pointers
     fleet models register PATH_OR_URL         copy a version folder (manifest.json + artifacts) into the
                                                registry and register it; URLs (s3://, file://, ...) need fsspec
+    fleet models import PATH_OR_URL --name NAME [--task T] [--int8]
+                                               derive, check and register a version from your own model
+                                               (ONNX, transformers, sentence-transformers, scikit-learn, ...)
     fleet models set-stable MODEL VERSION      point stable at VERSION (audited)
     fleet models history MODEL                 who changed the pointers, when, and why
 
@@ -30,6 +33,7 @@ from common.redis_cluster import AnyRedis
 from common.clients import redis_client
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
+from fleet.commands.model_import import add_import_parser, cmd_import, source_cell
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table
@@ -89,7 +93,7 @@ def check_cell(manifest: ModelManifest) -> str:
 
 def list_rows(manifests: Sequence[ModelManifest], pointers: PointerState | None) -> list[tuple[str, ...]]:
     return [(m.id, m.precision, str(getattr(m, "task", "embedding")), m.created.strftime("%Y-%m-%d %H:%M"),
-             m.parent or "-", check_cell(m), markers(m, pointers)) for m in manifests]
+             m.parent or "-", source_cell(m, short=True), check_cell(m), markers(m, pointers)) for m in manifests]
 
 
 def registered_models(registry: ModelRegistry) -> list[str]:
@@ -111,7 +115,7 @@ def cmd_list(settings: FleetSettings, registry: ModelRegistry, model: str | None
             continue
         pointers = asyncio.run(read_pointers(settings, name))
         print(f"{name}")
-        print(format_table(("version", "precision", "task", "created", "parent", "check", "pointers"),
+        print(format_table(("version", "precision", "task", "created", "parent", "source", "check", "pointers"),
                            list_rows(manifests, pointers)))
         print()
     return Exit.OK
@@ -124,14 +128,14 @@ def describe(manifest: ModelManifest) -> list[tuple[str, str]]:
         ("id", manifest.id), ("name", manifest.name), ("created", manifest.created.isoformat()),
         ("precision", manifest.precision), ("task", str(getattr(manifest, "task", "embedding"))),
         ("parent", manifest.parent or "-"),
-        ("source", f"{manifest.source.package} {manifest.source.package_version} ({manifest.source.base_model})"),
+        ("source", source_cell(manifest)),
         ("training data", getattr(manifest, "training_data", None) or "-"),
         ("code commit", getattr(manifest, "code_commit", None) or "-"),
         ("hyperparameters", ", ".join(f"{k}={v}" for k, v in sorted(hyper.items())) or "-"),
         ("labels", ", ".join(labels) or "-"),
         ("inputs", ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in manifest.inputs)),
         ("outputs", ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in manifest.outputs)),
-        ("max length", str(manifest.max_length)),
+        ("max length", str(manifest.max_length) if manifest.max_length is not None else "-"),
         ("check", check_cell(manifest) + (" passed" if manifest.check.passed else " FAILED")),
     ]
     lines += [("recipe " + key, value) for key, value in sorted(manifest.recipe.items())]
@@ -256,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("target", metavar="VERSION_OR_MODEL")
     register = commands.add_parser("register", help="copy a version folder into the registry and register it")
     register.add_argument("source", metavar="PATH_OR_URL")
+    add_import_parser(commands)
     stable = commands.add_parser("set-stable", help="point stable at a version")
     stable.add_argument("model")
     stable.add_argument("version")
@@ -275,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_show(settings, registry, args.target)
         if args.command == "register":
             return cmd_register(registry, args.source)
+        if args.command == "import":
+            return cmd_import(registry, args)
         if args.command == "set-stable":
             return asyncio.run(with_redis(settings, lambda redis: _set_stable(redis, registry, args)))
         return asyncio.run(with_redis(settings, lambda redis: _history(redis, args.model, args.limit)))
