@@ -70,7 +70,7 @@ def _flatten(data: Any, rank: int, where: str) -> list[Any]:
         raise bad_input(f"{where}: data must be a list")
     flat: list[Any] = []
     level = data
-    for _ in range(max(rank, 1)):
+    for _ in range(max(rank - 1, 0)):
         if not any(isinstance(item, list) for item in level):
             break
         if not all(isinstance(item, list) for item in level):

@@ -11,6 +11,7 @@ class Failure(Enum):
     unauthenticated = (401, "UNAUTHENTICATED")
     forbidden = (403, "PERMISSION_DENIED")
     not_found = (404, "NOT_FOUND")
+    wrong_method = (405, "UNIMPLEMENTED")
     too_large = (413, "RESOURCE_EXHAUSTED")
     quota = (429, "RESOURCE_EXHAUSTED")
     unavailable = (503, "UNAVAILABLE")

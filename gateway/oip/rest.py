@@ -50,7 +50,7 @@ class Route:
 
 
 def match(method: str, path: str) -> Route:
-    """The route of a /v2 request; OipError not_found (or bad_input for a wrong method)."""
+    """The route of a /v2 request; OipError not_found, or wrong_method."""
     parts = path.split("/")[2:]
     route: Route | None = None
     if not parts or parts == [""]:
@@ -64,12 +64,12 @@ def match(method: str, path: str) -> Route:
             version, rest = rest[1], rest[2:]
         if len(rest) <= 1 and (action := rest[0] if rest else "") in ACTIONS:
             if method != ACTIONS[action]:
-                raise OipError(Failure.bad_input, f"{method} {path[:200]}: use {ACTIONS[action]}")
+                raise OipError(Failure.wrong_method, f"{method} {path[:200]}: use {ACTIONS[action]}")
             return Route("model_ready" if action == "ready" else action, model, version)
     if route is None:
         raise OipError(Failure.not_found, f"no route {path[:200]!r}")
     if method != "GET":
-        raise OipError(Failure.bad_input, f"{method} {path[:200]}: use GET")
+        raise OipError(Failure.wrong_method, f"{method} {path[:200]}: use GET")
     return route
 
 

@@ -98,6 +98,9 @@ class OipService:
         for wanted in call.outputs or ():
             if wanted.name not in task.mappers:
                 raise bad_input(f"output {wanted.name[:80]!r}: this model's outputs are {sorted(task.mappers)}")
+            if wanted.classification and wanted.name not in task.classifiable:
+                raise bad_input(f"output {wanted.name[:80]!r}: the classification extension applies to a "
+                                "classifier's outputs")
         return texts
 
     async def infer(self, model: str, version: str | None, call: InferCall, texts: list[str], caller: Caller

@@ -48,6 +48,7 @@ class Task:
     outputs: tuple[TensorSpec, ...]
     mappers: dict[str, Mapper]
     labels: tuple[str, ...] = ()  # a classifier's labels in score order, when known
+    classifiable: frozenset[str] = frozenset()  # outputs the classification extension applies to
 
     def output(self, name: str, results: list[Result], classification: int) -> OutputTensor:
         mapper = self.mappers.get(name)
@@ -124,7 +125,7 @@ def classification_task(labels: tuple[str, ...] = ()) -> Task:
 
     return Task("classification", (TensorSpec(TEXT_INPUT, BYTES, (-1,)),),
                 (TensorSpec("label", BYTES, (-1,)), TensorSpec("score", "FP32", (-1,))),
-                {"label": label, "score": score}, labels)
+                {"label": label, "score": score}, labels, frozenset({"label", "score"}))
 
 
 def _named(name: str, tensor: OutputTensor) -> OutputTensor:

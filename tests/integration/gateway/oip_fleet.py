@@ -27,6 +27,10 @@ class OipFleet:
     grpc_address: str
     key: str
     tight_key: str
+    processes: tuple[Process, ...]
+
+    def all_running(self) -> bool:
+        return all(process.popen.poll() is None for process in self.processes)
 
     def headers(self) -> dict[str, str]:
         """A new dict per call: tritonclient.http writes its own headers into the dict it is given."""
@@ -50,7 +54,8 @@ async def live_fleet(stack: FleetSettings, logs: Path) -> AsyncIterator[OipFleet
         started.append(Process(["-m", "gateway.main"], {
             "FLEET_PORT": str(port), "FLEET_GRPC_PORT": str(grpc_port), "FLEET_MODELS": f'["{EMBED}", "{CLASSIFY}"]',
             "FLEET_TENANT_QUOTAS": TIGHT_QUOTA}, "GRPCInferenceService) listening", logs / "gateway.log"))
-        yield OipFleet(f"http://127.0.0.1:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", key, tight_key)
+        yield OipFleet(f"http://127.0.0.1:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", key, tight_key,
+                       tuple(started))
     finally:
         for process in reversed(started):
             process.stop(signal.SIGTERM)
