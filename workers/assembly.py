@@ -28,6 +28,7 @@ from workers.health.supervisor import Supervisor
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.redaction import Redactor
 from workers.observability.tracing import DebugTracer
+from workers.serving.cards import CardPublisher
 from workers.serving.model_set import ModelSet
 from workers.serving.pointer_watch import PointerWatcher
 from workers.settings import WorkerSettings
@@ -85,6 +86,10 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
     pointers = PointerWatcher(redis, settings.model, models, poll_s=settings.pointer_poll_s)
     await pointers.sync_once()
     exit_stack.push_async_callback(_cancelled, asyncio.create_task(pointers.run()))
+    cards = CardPublisher(redis, settings.model, models, check_s=settings.pointer_poll_s,
+                          serves_stable=settings.role.value != "shadow")
+    await cards.publish_once()
+    exit_stack.push_async_callback(_cancelled, asyncio.create_task(cards.run()))
     patience = Patience(metrics.waiting, max_backoff_s=settings.delivery_max_backoff_s)
     supervisor = Supervisor(settings, redis, who.worker_id, stable.device, lambda: models.serving.stable.manifest.id,
                             probe=probe, backlog=who.backlog)

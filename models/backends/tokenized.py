@@ -59,6 +59,8 @@ class BatchTokenizer:
     def of(cls, registry: ModelRegistry, manifest: ModelManifest, max_input_tokens: int) -> BatchTokenizer:
         """The version's own tokenizer, truncating at `max_input_tokens` or the manifest's max_length,
         whichever is shorter: the model's position table ends there."""
+        if manifest.tokenizer_file is None or manifest.max_length is None:
+            raise ValueError(f"{manifest.id} is a {manifest.task} model: it has no tokenizer")
         return cls(registry.path_of(manifest, manifest.tokenizer_file),
                    max_length=min(max_input_tokens, manifest.max_length),
                    input_names=[spec.name for spec in manifest.inputs])

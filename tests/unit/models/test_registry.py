@@ -206,7 +206,7 @@ def _classifier(**overrides: object) -> ModelManifest:
         "onnx_file": "model.onnx",
         "tokenizer_file": "tokenizer.json",
         "max_length": 16,
-        "inputs": (),
+        "inputs": (TensorSpec(name="input_ids", dtype="int64", shape=("batch", "sequence")),),
         "outputs": (OutputSpec(name="probabilities", dtype="float32", shape=("batch", 3), normalized=False),),
         "check": _check(),
         "task": "classification",

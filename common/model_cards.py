@@ -1,0 +1,42 @@
+"""Reading model cards (schemas/model_card.py), which the serving workers write to Redis.
+
+Cached for `ttl_s` per key, so a gateway checking every request against its model's card asks
+Redis at most once per key per `ttl_s`; the cache holds at most `max_entries` keys (a flood of
+made-up version pins only evicts the oldest). A card that is missing or unreadable is None:
+the caller decides what not knowing the model means.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from common.redis_cluster import AnyRedis
+from schemas.model_card import ModelCard
+from schemas.names import card_key
+
+
+class ModelCards:
+    def __init__(self, redis: AnyRedis, *, ttl_s: float = 2.0, max_entries: int = 1024) -> None:
+        self._redis = redis
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._cached: OrderedDict[str, tuple[float, ModelCard | None]] = OrderedDict()
+
+    async def get(self, model: str, version: str | None = None) -> ModelCard | None:
+        """The card of `version` of `model`, or of the version its primary workers serve."""
+        key = card_key(model, version)
+        now = time.monotonic()
+        cached = self._cached.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        raw = await self._redis.get(key)
+        card = ModelCard.decode(raw) if raw is not None else None
+        self._cached[key] = (now + self._ttl_s, card)
+        self._cached.move_to_end(key)
+        while len(self._cached) > self._max_entries:
+            self._cached.popitem(last=False)
+        return card
+
+    def forget(self) -> None:
+        self._cached.clear()
