@@ -68,14 +68,14 @@ class Servicer:
         caller = await self._caller(context)
         service = self._service
         model, version = request.model_name, request.model_version or None
-        service.task(model)
+        task = await service.task(model, version)
         if (refusal := self._in_flight.enter()) is not None:
             raise refusal_error(refusal)
         try:
             call = call_of(request, service.limits)
-            texts = service.rows_of(model, call)
+            texts = service.rows_of(task, call, service.max_text_chars)
             with TenantRows(self._quotas, caller.tenant, len(texts)):
-                answer = await service.infer(model, version, call, texts, caller)
+                answer = await service.infer(model, version, task, call, texts, caller)
         finally:
             self._in_flight.leave()
         return response_of(answer)

@@ -131,7 +131,7 @@ class OipRoutes:
 
     async def _infer(self, route: Route, scope: Scope, receive: Receive, send: Sender, caller: Caller) -> None:
         service = self._service
-        task = service.task(route.model)
+        task = await service.task(route.model, route.version)
         if (refusal := self._in_flight.enter()) is not None:
             raise refusal_error(refusal)
         try:
@@ -142,9 +142,9 @@ class OipRoutes:
             if isinstance(body, Refusal):
                 raise refusal_error(body)
             call = read_call(body, headers, task, service.limits)
-            texts = service.rows_of(route.model, call)
+            texts = service.rows_of(task, call, service.max_text_chars)
             with self._quota(caller, len(texts)):
-                answer = await service.infer(route.model, route.version, call, texts, caller)
+                answer = await service.infer(route.model, route.version, task, call, texts, caller)
         finally:
             self._in_flight.leave()
         content, header_length = answer_body(answer)

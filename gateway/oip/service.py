@@ -16,7 +16,8 @@ from gateway.metrics import GatewayMetrics
 from gateway.oip.call import InferCall, Limits, OutputRequest
 from gateway.oip.errors import Failure, OipError, bad_input
 from gateway.oip.exchange import build_rows, exchange_rows
-from gateway.oip.tasks import OutputTensor, Task, task_of, texts_of
+from gateway.oip.model_tasks import TaskBook
+from gateway.oip.tasks import OutputTensor, Task, texts_of
 from gateway.settings import GatewaySettings
 from schemas.wire import Result, Status
 
@@ -47,16 +48,13 @@ class OipService:
         self._settings = settings
         self._fleet = fleet
         self._metrics = metrics
-        self._tasks = {model: task_of(model, settings.model_tasks) for model in settings.models}
+        self._tasks = TaskBook(settings.models, settings.model_tasks, lambda: fleet.redis, settings.retry_after_s)
+        self.max_text_chars = settings.max_text_chars
         self.limits = Limits(max_elements=settings.oip_max_rows, max_element_bytes=settings.max_text_chars * 4,
                              max_timeout_ms=settings.max_timeout_ms)
 
-    def task(self, model: str) -> Task:
-        task = self._tasks.get(model)
-        if task is None:
-            raise OipError(Failure.not_found, f"unknown model {model[:80]!r}; this gateway serves "
-                                              f"{sorted(self._tasks)}")
-        return task
+    async def task(self, model: str, version: str | None) -> Task:
+        return await self._tasks.task(model, version)
 
     def server_ready(self) -> bool:
         try:
@@ -66,7 +64,7 @@ class OipService:
 
     async def versions(self, model: str) -> list[str]:
         """The versions live workers of `model` serve now, from their heartbeats."""
-        self.task(model)
+        self._tasks.check_known(model)
         try:
             workers = await list_workers(self._fleet.redis, model)
         except (RedisError, OSError) as exc:
@@ -75,26 +73,24 @@ class OipService:
         return sorted({worker.version for worker in workers if worker.state != "failed"})
 
     async def model_ready(self, model: str, version: str | None) -> bool:
-        self.task(model)
+        self._tasks.check_known(model)
         if version is None:
             return (await self._fleet.router.route(model)).workers_alive > 0
         return version in await self.versions(model)
 
     async def model_metadata(self, model: str, version: str | None) -> dict[str, Any]:
-        task = self.task(model)
+        card = await self._tasks.card(model, version)
+        task = await self.task(model, version)
         versions = await self.versions(model)
-        if version is not None and version not in versions:
-            raise OipError(Failure.not_found, f"model {model[:80]!r} has no version {version[:80]!r} served now; "
-                                              f"served: {versions}")
-        return {"name": model, "versions": versions, "platform": PLATFORM,
+        return {"name": model, "versions": versions, "platform": card.platform if card is not None else PLATFORM,
                 "parameters": {"task": task.name},
                 "inputs": [spec.metadata() for spec in task.inputs],
                 "outputs": [spec.metadata() for spec in task.outputs]}
 
-    def rows_of(self, model: str, call: InferCall) -> list[str]:
+    @staticmethod
+    def rows_of(task: Task, call: InferCall, max_chars: int) -> list[str]:
         """The texts of a call, checked against the model's task before anything is published."""
-        task = self.task(model)
-        texts = texts_of(call.inputs, self._settings.max_text_chars)
+        texts = texts_of(call.inputs, max_chars)
         for wanted in call.outputs or ():
             if wanted.name not in task.mappers:
                 raise bad_input(f"output {wanted.name[:80]!r}: this model's outputs are {sorted(task.mappers)}")
@@ -103,10 +99,9 @@ class OipService:
                                 "classifier's outputs")
         return texts
 
-    async def infer(self, model: str, version: str | None, call: InferCall, texts: list[str], caller: Caller
-                    ) -> Answer:
+    async def infer(self, model: str, version: str | None, task: Task, call: InferCall, texts: list[str],
+                    caller: Caller) -> Answer:
         started = time.perf_counter()
-        task = self.task(model)
         timeout_s = call.timeout_ms / 1000 if call.timeout_ms else self._settings.default_timeout_s
         options = RequestOptions(version=version, priority=call.priority, tenant=caller.tenant)
         rows = build_rows(self._fleet, model, texts, timeout_s, options)

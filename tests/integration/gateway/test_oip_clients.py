@@ -59,7 +59,8 @@ def test_tritonclient_http_embeddings_equal_v1(fleet: OipFleet, v1_embeddings: n
     assert client.is_model_ready(EMBED, headers=fleet.headers())
     metadata = client.get_model_metadata(EMBED, headers=fleet.headers())
     assert metadata["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
-    assert metadata["outputs"][0]["name"] == "embedding" and metadata["outputs"][0]["datatype"] == "FP32"
+    # The width comes from the model card the embedding worker wrote to Redis.
+    assert metadata["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, v1_embeddings.shape[1]]}]
     wanted = [triton_http.InferRequestedOutput("embedding", binary_data=binary)]
     result = client.infer(EMBED, [texts_input(triton_http, TEXTS, binary=binary)], outputs=wanted,
                           request_id="call-7", headers=fleet.headers())
@@ -82,8 +83,9 @@ def test_tritonclient_http_classifier_labels_and_classification(fleet: OipFleet)
     cells = ranked.as_numpy("score")
     assert cells.shape == (2, 2)
     for row, intent in zip(cells, INTENTS.values()):
-        assert row[0].decode().split(":")[2] == intent
-        assert float(row[0].decode().split(":")[0]) >= float(row[1].decode().split(":")[0])
+        score, index, label = row[0].decode().split(":")
+        assert label == intent and int(index) >= 0  # the index in the card's label list
+        assert float(score) >= float(row[1].decode().split(":")[0])
 
 
 def test_tritonclient_grpc_health_metadata_infer(fleet: OipFleet, v1_embeddings: np.ndarray) -> None:
@@ -154,3 +156,19 @@ def test_deadline_is_504_with_every_row_id(fleet: OipFleet) -> None:
     ids = answer.json()["ids"]
     assert len(ids) == 2 and all(len(request_id) == 32 for request_id in ids)
     assert "error" in answer.json()
+
+
+def test_versions_from_heartbeats_and_cards(fleet: OipFleet) -> None:
+    with httpx.Client(base_url=fleet.http_url, headers=fleet.headers(), timeout=30) as http:
+        versions = http.get(f"/v2/models/{EMBED}").json()["versions"]
+        assert versions and all(version.startswith(f"{EMBED}-") for version in versions)
+        served = http.get(f"/v2/models/{EMBED}/versions/{versions[0]}")
+        assert served.status_code == 200 and served.json()["name"] == EMBED
+        assert http.get(f"/v2/models/{EMBED}/versions/{versions[0]}/ready").json() == {"name": EMBED, "ready": True}
+        body = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["pinned"]}]}
+        pinned = http.post(f"/v2/models/{EMBED}/versions/{versions[0]}/infer", json=body)
+        assert pinned.status_code == 200 and pinned.json()["model_version"] == versions[0]
+        assert http.get(f"/v2/models/{EMBED}/versions/{EMBED}-19990101-001").status_code == 404
+        unknown = http.post(f"/v2/models/{EMBED}/versions/{EMBED}-19990101-001/infer", json=body)
+        assert unknown.status_code == 404 and "error" in unknown.json()
+        assert http.get(f"/v2/models/{EMBED}/versions/{EMBED}-19990101-001/ready").json()["ready"] is False
