@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 
 from gateway.oip.call import InferCall, InputTensor, Limits, binary_data, parse_call
-from gateway.oip.datatypes import BYTES, join_bytes
+from gateway.oip.datatypes import BYTES, NUMPY_OF, join_bytes
 from gateway.oip.errors import bad_input
 from gateway.oip.service import Answer
 from gateway.oip.tasks import OutputTensor, Task
@@ -54,15 +54,31 @@ def _raw_call(body: bytes, task: Task, limits: Limits) -> InferCall:
 
 
 def tensor_bytes(tensor: OutputTensor) -> bytes:
-    if isinstance(tensor.data, list):
-        return join_bytes(tensor.data)
-    return np.ascontiguousarray(tensor.data).tobytes()
+    """The tensor's binary form: BYTES length-prefixed, numbers little-endian."""
+    data = tensor.data
+    if isinstance(data, bytes):
+        return data
+    if tensor.datatype == BYTES:
+        return join_bytes([element for element in data if isinstance(element, bytes)])
+    return np.ascontiguousarray(data, dtype=NUMPY_OF[tensor.datatype]).tobytes()
+
+
+def tensor_values(tensor: OutputTensor) -> list[Any]:
+    """The tensor's values as one flat list: bytes for BYTES, numbers otherwise."""
+    data = tensor.data
+    if isinstance(data, list):
+        return data
+    if isinstance(data, bytes):
+        return np.frombuffer(data, dtype=NUMPY_OF[tensor.datatype]).tolist()
+    return np.asarray(data).reshape(-1).tolist()
 
 
 def _json_data(tensor: OutputTensor) -> Any:
-    if isinstance(tensor.data, list):
-        return [element.decode("utf-8", "replace") for element in tensor.data]
-    return np.ascontiguousarray(tensor.data).reshape(-1)
+    if tensor.datatype == BYTES:
+        return [element.decode("utf-8", "replace") for element in tensor_values(tensor)]
+    if isinstance(tensor.data, np.ndarray):
+        return np.ascontiguousarray(tensor.data).reshape(-1)
+    return tensor_values(tensor)
 
 
 def answer_body(answer: Answer) -> tuple[bytes, int | None]:

@@ -8,7 +8,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from gateway.oip.call import InferCall, InputTensor, Limits, OutputRequest, binary_data, call_options, check_shape
-from gateway.oip.codec import tensor_bytes
+from gateway.oip.codec import tensor_bytes, tensor_values
 from gateway.oip.datatypes import BYTES, NUMPY_OF, check_datatype, element_count
 from gateway.oip.errors import bad_input
 from gateway.oip.service import Answer
@@ -80,8 +80,6 @@ def response_of(answer: Answer) -> Any:
         output = response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
         if raw:
             response.raw_output_contents.append(tensor_bytes(tensor))
-        elif isinstance(tensor.data, list):
-            output.contents.bytes_contents.extend(tensor.data)
         else:
-            getattr(output.contents, TYPED_FIELD[tensor.datatype]).extend(np.asarray(tensor.data).reshape(-1).tolist())
+            getattr(output.contents, TYPED_FIELD[tensor.datatype]).extend(tensor_values(tensor))
     return response

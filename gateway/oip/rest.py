@@ -44,9 +44,14 @@ class Route:
     @property
     def label(self) -> str:
         """The route as the requests metric names it."""
-        base = "/v2/models/{model}" + ("/versions/{version}" if self.version is not None else "")
-        return {"server": "/v2", "live": "/v2/health/live", "ready": "/v2/health/ready", "": base,
-                "model_ready": base + "/ready", "infer": base + "/infer"}[self.action]
+        return LABELS[self.action, self.version is not None]
+
+
+_MODEL, _VERSION = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
+LABELS = {**{(action, pinned): label for pinned in (False, True)
+             for action, label in (("server", "/v2"), ("live", "/v2/health/live"), ("ready", "/v2/health/ready"))},
+          **{(action, pinned): (_VERSION if pinned else _MODEL) + suffix for pinned in (False, True)
+             for action, suffix in (("", ""), ("model_ready", "/ready"), ("infer", "/infer"))}}
 
 
 def match(method: str, path: str) -> Route:

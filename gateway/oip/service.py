@@ -103,7 +103,12 @@ class OipService:
                     caller: Caller) -> Answer:
         started = time.perf_counter()
         timeout_s = call.timeout_ms / 1000 if call.timeout_ms else self._settings.default_timeout_s
-        options = RequestOptions(version=version, priority=call.priority, tenant=caller.tenant)
+        wanted = call.outputs or [OutputRequest(spec.name, call.binary_outputs, 0) for spec in task.outputs]
+        # Outputs all in binary: an embedding comes back as raw float32 bytes (f32le) and goes out as is;
+        # for JSON as floats, written as they came.
+        binary = all(want.binary for want in wanted)
+        options = RequestOptions(version=version, priority=call.priority, tenant=caller.tenant,
+                                 embedding_encoding="f32le" if binary else None)
         rows = build_rows(self._fleet, model, texts, timeout_s, options)
         try:
             results = await exchange_rows(self._fleet, rows)
@@ -114,8 +119,7 @@ class OipService:
             raise OipError(Failure.quota, str(exc), retry_after_s=self._settings.retry_after_s) from None
         _check_results(results)
         self._metrics.latency_of(model).observe(time.perf_counter() - started)
-        wanted = call.outputs or [OutputRequest(spec.name, call.binary_outputs, 0) for spec in task.outputs]
-        outputs = [(task.output(want.name, results, want.classification), want.binary) for want in wanted]
+        outputs = [(task.output(want.name, results, want.classification, want.binary), want.binary) for want in wanted]
         return Answer(model, results[0].version or "", call.id, outputs, [row.id for row in rows])
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from gateway.oip.call import InputTensor
 from gateway.oip.datatypes import BYTES
-from gateway.oip.errors import bad_input
+from gateway.oip.errors import Failure, OipError, bad_input
 from schemas.model_card import ModelCard
 from schemas.wire import Result
 
@@ -35,11 +35,13 @@ class OutputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    data: np.ndarray | list[bytes]
+    # BYTES: the elements; numbers: an array, a flat list of values, or their little-endian bytes
+    data: np.ndarray | list[bytes] | list[float] | bytes
 
 
-# An output's tensor from the call's results, given the classification extension's K (0: none).
-Mapper = Callable[[list[Result], int], OutputTensor]
+# An output's tensor from the call's results, given the classification extension's K (0: none) and
+# whether it goes out in binary (a mapper may then hand over raw bytes, else a JSON-ready list).
+Mapper = Callable[[list[Result], int, bool], OutputTensor]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +53,11 @@ class Task:
     labels: tuple[str, ...] = ()  # a classifier's labels in score order, when known
     classifiable: frozenset[str] = frozenset()  # outputs the classification extension applies to
 
-    def output(self, name: str, results: list[Result], classification: int) -> OutputTensor:
+    def output(self, name: str, results: list[Result], classification: int, binary: bool) -> OutputTensor:
         mapper = self.mappers.get(name)
         if mapper is None:
             raise bad_input(f"output {name[:80]!r}: this model's outputs are {sorted(self.mappers)}")
-        return mapper(results, classification)
+        return mapper(results, classification, binary)
 
 
 def texts_of(inputs: list[InputTensor], max_chars: int) -> list[str]:
@@ -80,14 +82,25 @@ def texts_of(inputs: list[InputTensor], max_chars: int) -> list[str]:
     return texts
 
 
-def _embeddings(results: list[Result], classification: int) -> OutputTensor:
+def _embeddings(results: list[Result], classification: int, binary: bool) -> OutputTensor:
+    """The rows as they came: raw float32 bytes (`f32le`, asked for when the output goes out in
+    binary) joined, or float lists made one flat list for JSON; numpy only when they differ."""
     if classification:
         raise bad_input("output 'embedding': the classification extension applies to a classifier's outputs")
+    values = [(result.outputs or {}).get("embedding") for result in results]
+    widths = {len(value) // 4 if isinstance(value, bytes) else len(value) if isinstance(value, list) else 0
+              for value in values}
+    if len(widths) != 1 or 0 in widths:
+        raise OipError(Failure.unavailable, "output 'embedding': the results hold no embeddings of one width",
+                       tuple(result.id for result in results), retry_after_s=1)
+    shape = (len(results), widths.pop())
+    if binary and all(isinstance(value, bytes) for value in values):
+        return OutputTensor("embedding", "FP32", shape, b"".join(value for value in values if isinstance(value, bytes)))
+    if not binary and all(isinstance(value, list) for value in values):
+        flat = values[0] if len(values) == 1 else [x for value in values if isinstance(value, list) for x in value]
+        return OutputTensor("embedding", "FP32", shape, flat if isinstance(flat, list) else [])
     rows = [result.embedding() for result in results]
-    if any(row is None for row in rows) or len({len(row) for row in rows if row is not None}) != 1:
-        raise bad_input("output 'embedding': this model's results hold no embedding of one width")
-    matrix = np.stack([row for row in rows if row is not None]).astype("<f4", copy=False)
-    return OutputTensor("embedding", "FP32", matrix.shape, matrix)
+    return OutputTensor("embedding", "FP32", shape, np.stack([row for row in rows if row is not None]))
 
 
 def embedding_task(width: int = -1) -> Task:
@@ -107,20 +120,20 @@ def _top(result: Result) -> list[tuple[str, float]]:
 def classification_task(labels: tuple[str, ...] = ()) -> Task:
     index = {label: position for position, label in enumerate(labels)}
 
-    def classes(results: list[Result], k: int) -> OutputTensor:
+    def classes(results: list[Result], k: int, _: bool) -> OutputTensor:
         tops = [_top(result)[:k] for result in results]
         width = min(len(top) for top in tops)
         cells = [f"{score:g}:{index.get(label, -1)}:{label}".encode() for top in tops for label, score in top[:width]]
         return OutputTensor("", BYTES, (len(results), width), cells)
 
-    def label(results: list[Result], k: int) -> OutputTensor:
+    def label(results: list[Result], k: int, binary: bool) -> OutputTensor:
         if k:
-            return _named("label", classes(results, k))
+            return _named("label", classes(results, k, binary))
         return OutputTensor("label", BYTES, (len(results),), [_top(result)[0][0].encode() for result in results])
 
-    def score(results: list[Result], k: int) -> OutputTensor:
+    def score(results: list[Result], k: int, binary: bool) -> OutputTensor:
         if k:
-            return _named("score", classes(results, k))
+            return _named("score", classes(results, k, binary))
         scores = np.asarray([_top(result)[0][1] for result in results], dtype="<f4")
         return OutputTensor("score", "FP32", scores.shape, scores)
 
