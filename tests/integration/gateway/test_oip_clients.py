@@ -172,3 +172,26 @@ def test_versions_from_heartbeats_and_cards(fleet: OipFleet) -> None:
         unknown = http.post(f"/v2/models/{EMBED}/versions/{EMBED}-19990101-001/infer", json=body)
         assert unknown.status_code == 404 and "error" in unknown.json()
         assert http.get(f"/v2/models/{EMBED}/versions/{EMBED}-19990101-001/ready").json()["ready"] is False
+
+
+def test_grpc_typed_contents_x_api_key_and_message_bound(fleet: OipFleet) -> None:
+    """KServe-style typed contents (no raw buffers) are answered in typed contents; the key may
+    come as x-api-key; a message over FLEET_GRPC_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with grpc.insecure_channel(fleet.grpc_address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        metadata = (("x-api-key", fleet.key),)
+        request = service_pb2.ModelInferRequest(model_name=CLASSIFY, id="typed-1")
+        tensor = request.inputs.add(name="text", datatype="BYTES", shape=[2])
+        tensor.contents.bytes_contents.extend(text.encode() for text in INTENTS)
+        response = stub.ModelInfer(request, metadata=metadata, timeout=30)
+        assert response.id == "typed-1" and not response.raw_output_contents
+        assert [label.decode() for label in response.outputs[0].contents.bytes_contents] == list(INTENTS.values())
+        assert len(response.outputs[1].contents.fp32_contents) == 2
+        big = service_pb2.ModelInferRequest(model_name=EMBED)
+        big.inputs.add(name="text", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"x" * (5 << 20))
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(big, metadata=metadata, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
