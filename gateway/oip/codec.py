@@ -3,6 +3,7 @@
 that name a `binary_data_size`; a length of 0 is the raw form, the whole body the data of the
 model's single input), and the answer as JSON or as a JSON header followed by binary outputs."""
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import orjson
 
 from gateway.oip.call import InferCall, InputTensor, Limits, binary_data, parse_call
 from gateway.oip.datatypes import BYTES, NUMPY_OF, join_bytes
-from gateway.oip.errors import bad_input
+from gateway.oip.errors import Failure, OipError, bad_input
 from gateway.oip.service import Answer
 from gateway.oip.tasks import OutputTensor, Task
 
@@ -26,6 +27,26 @@ def header_length(headers: list[tuple[bytes, bytes]], body_size: int) -> int | N
                                 f"{body_size}-byte body")
             return int(value)
     return None
+
+
+def decoded_body(body: bytes, headers: list[tuple[bytes, bytes]], max_bytes: int) -> bytes:
+    """The body with its Content-Encoding (gzip or deflate, as tritonclient's request compression
+    sends) undone, never inflated past `max_bytes` (413); another encoding is 400."""
+    encoding = next((value.strip().lower() for name, value in headers if name == b"content-encoding"), b"identity")
+    if encoding in (b"identity", b""):
+        return body
+    if encoding not in (b"gzip", b"deflate"):
+        raise bad_input(f"Content-Encoding {encoding[:20]!r}: send identity, gzip or deflate")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == b"gzip" else zlib.MAX_WBITS)
+    try:
+        inflated = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise bad_input(f"body: not {encoding.decode()}: {exc}") from None
+    if len(inflated) > max_bytes:
+        raise OipError(Failure.too_large, f"the body inflates past the limit of {max_bytes} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise bad_input(f"body: not one whole {encoding.decode()} stream")
+    return inflated
 
 
 def read_call(body: bytes, headers: list[tuple[bytes, bytes]], task: Task, limits: Limits) -> InferCall:

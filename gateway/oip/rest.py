@@ -21,7 +21,7 @@ from gateway.answers import Refusal
 from gateway.auth import Caller, Gatekeeper
 from gateway.limits import InFlight, declared_length, read_body
 from gateway.metrics import GatewayMetrics
-from gateway.oip.codec import answer_body, read_call
+from gateway.oip.codec import answer_body, decoded_body, read_call
 from gateway.oip.errors import Failure, OipError, failure_of_status
 from gateway.oip.service import OipService, server_metadata
 from gateway.quotas import QuotaBook
@@ -146,7 +146,7 @@ class OipRoutes:
                 return  # the client went away before sending its body
             if isinstance(body, Refusal):
                 raise refusal_error(body)
-            call = read_call(body, headers, task, service.limits)
+            call = read_call(decoded_body(body, headers, self._max_body_bytes), headers, task, service.limits)
             texts = service.rows_of(task, call, service.max_text_chars)
             with self._quota(caller, len(texts)):
                 answer = await service.infer(route.model, route.version, task, call, texts, caller)

@@ -79,7 +79,8 @@ def test_tritonclient_http_classifier_labels_and_classification(fleet: OipFleet)
     scores = result.as_numpy("score")
     assert scores.dtype == np.float32 and scores.shape == (2,) and all(0.5 < score <= 1 for score in scores)
     wanted = [triton_http.InferRequestedOutput("score", class_count=2)]
-    ranked = client.infer(CLASSIFY, [texts_input(triton_http, texts)], outputs=wanted, headers=fleet.headers())
+    ranked = client.infer(CLASSIFY, [texts_input(triton_http, texts)], outputs=wanted, headers=fleet.headers(),
+                          request_compression_algorithm="gzip", response_compression_algorithm="gzip")
     cells = ranked.as_numpy("score")
     assert cells.shape == (2, 2)
     for row, intent in zip(cells, INTENTS.values()):

@@ -132,3 +132,18 @@ def test_openapi_documents_the_v2_routes() -> None:
         assert path in paths, path
     infer = paths["/v2/models/{model}/infer"]["post"]
     assert {"400", "401", "404", "429", "503", "504"} <= set(infer["responses"]) and infer["security"]
+
+
+def test_compressed_bodies_are_inflated_within_the_limit() -> None:
+    import gzip
+    import zlib
+
+    from gateway.oip.codec import decoded_body
+    body = b'{"inputs": []}'
+    assert decoded_body(gzip.compress(body), [(b"content-encoding", b"gzip")], 1024) == body
+    assert decoded_body(zlib.compress(body), [(b"content-encoding", b"deflate")], 1024) == body
+    assert decoded_body(body, [], 1024) == body
+    bomb = gzip.compress(b"0" * 10_000)
+    assert failure(lambda: decoded_body(bomb, [(b"content-encoding", b"gzip")], 1024)) is Failure.too_large
+    assert failure(lambda: decoded_body(b"not gzip", [(b"content-encoding", b"gzip")], 1024)) is Failure.bad_input
+    assert failure(lambda: decoded_body(body, [(b"content-encoding", b"br")], 1024)) is Failure.bad_input
