@@ -2,8 +2,9 @@
 
 Cached for `ttl_s` per key, so a gateway checking every request against its model's card asks
 Redis at most once per key per `ttl_s`; the cache holds at most `max_entries` keys (a flood of
-made-up version pins only evicts the oldest). A card that is missing or unreadable is None:
-the caller decides what not knowing the model means.
+made-up version pins only evicts the oldest). A card that is missing or unreadable is None,
+and a Redis that does not answer is CardsUnavailable: the caller decides what not knowing the
+model means.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from schemas.model_card import ModelCard
 from schemas.names import card_key
 
 
+class CardsUnavailable(RuntimeError):
+    """Redis did not answer the card read (remembered for `ttl_s`, so an outage costs one wait per key)."""
+
+
 class ModelCards:
     def __init__(self, redis: AnyRedis, *, ttl_s: float = 2.0, max_entries: int = 1024) -> None:
         self._redis = redis
         self._ttl_s = ttl_s
         self._max_entries = max_entries
-        self._cached: OrderedDict[str, tuple[float, ModelCard | None]] = OrderedDict()
+        self._cached: OrderedDict[str, tuple[float, ModelCard | None | CardsUnavailable]] = OrderedDict()
 
     async def get(self, model: str, version: str | None = None) -> ModelCard | None:
         """The card of `version` of `model`, or of the version its primary workers serve."""
@@ -29,14 +34,25 @@ class ModelCards:
         now = time.monotonic()
         cached = self._cached.get(key)
         if cached is not None and cached[0] > now:
+            if isinstance(cached[1], CardsUnavailable):
+                raise cached[1]
             return cached[1]
-        raw = await self._redis.get(key)
-        card = ModelCard.decode(raw) if raw is not None else None
-        self._cached[key] = (now + self._ttl_s, card)
+        card: ModelCard | None | CardsUnavailable
+        try:
+            raw = await self._redis.get(key)
+            card = ModelCard.decode(raw) if raw is not None else None
+        except Exception as exc:  # any Redis failure: the caller decides what an unknown card means
+            card = CardsUnavailable(f"cannot read the model card {key}: {type(exc).__name__}: {exc}")
+        self._remember(key, now + self._ttl_s, card)
+        if isinstance(card, CardsUnavailable):
+            raise card
+        return card
+
+    def _remember(self, key: str, until: float, card: ModelCard | None | CardsUnavailable) -> None:
+        self._cached[key] = (until, card)
         self._cached.move_to_end(key)
         while len(self._cached) > self._max_entries:
             self._cached.popitem(last=False)
-        return card
 
     def forget(self) -> None:
         self._cached.clear()

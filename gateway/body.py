@@ -23,7 +23,11 @@ class InferBody(BaseModel):
     # Strict: "3" is not a priority and 1.0 is not a timeout; the wire contract is just as strict.
     model_config = ConfigDict(strict=True, extra="ignore")
 
-    text: str = Field(description="Input text")
+    text: str | None = Field(None, description="Input text (embedding, classification, token-classification)")
+    query: str | None = Field(None, description="rerank: the query the passages are scored against")
+    passages: list[str] | None = Field(None, description="rerank: the passages to score, in order")
+    inputs: dict[str, Any] | None = Field(None, description="tensor: one JSON tensor per model input, a nested "
+                                          "array or {\"shape\": [...], \"data\": [...]}")
     params: dict[str, Any] = Field(default_factory=dict, description="Options that change the output")
     version: str | None = Field(None, pattern=r"^[\x21-\x7e]{1,128}$", description="Pin a model version")
     timeout_ms: int | None = Field(None, gt=0, le=600_000, description="Deadline from now; default from settings")
@@ -103,9 +107,21 @@ def parse_document(raw: bytes, content_type: str | None) -> Any:
         raise HTTPException(400, "body: a number has too many digits") from None
 
 
+def _texts(body: InferBody) -> list[tuple[Path, str]]:
+    """The texts besides `text` a body carries (rerank's), each bounded like `text`."""
+    texts: list[tuple[Path, str]] = [(("query",), body.query)] if body.query is not None else []
+    return texts + [(("passages", index), passage) for index, passage in enumerate(body.passages or ())]
+
+
 def _field_problems(body: InferBody, rules: BodyRules) -> list[tuple[Path, str]]:
     problems: list[tuple[Path, str]] = []
-    if len(body.text) > rules.max_text_chars:
+    if body.text is None and body.inputs is None and body.query is None:
+        problems.append((("text",), "Field required (or, as the model's task takes them, query and passages, "
+                                    "or inputs)"))
+    for path, text in _texts(body):
+        if len(text) > rules.max_text_chars:
+            problems.append((path, f"{len(text)} characters is over the limit of {rules.max_text_chars}"))
+    if body.text is not None and len(body.text) > rules.max_text_chars:
         problems.append((("text",), f"{len(body.text)} characters is over the limit of {rules.max_text_chars}"))
     if body.timeout_ms is not None and body.timeout_ms > rules.max_timeout_ms:
         problems.append((("timeout_ms",), f"{body.timeout_ms} is over this gateway's limit of {rules.max_timeout_ms}"))

@@ -9,7 +9,7 @@ are injected or, when none is passed, built from settings and owned (closed) by 
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -30,6 +30,7 @@ from gateway.waiter import ReplyWaiter
 from gateway.routing import Router
 from schemas.names import result_key
 from schemas.packing import EmbeddingEncoding
+from schemas.tensors import inputs_map
 from schemas.wire import ReplyTo, Request, Result, now_ms
 
 _DEFAULT_PARTITIONER = DefaultPartitioner()
@@ -172,12 +173,14 @@ class FleetClient:
             raise RuntimeError("client not started")
         return self._waiter
 
-    def build_request(self, model: str, text: str, *, timeout: float | None = None, reply: ReplyTo,
-                      options: RequestOptions | None = None) -> Request:
+    def build_request(self, model: str, text: str | Mapping[str, Any], *, timeout: float | None = None,
+                      reply: ReplyTo, options: RequestOptions | None = None) -> Request:
+        """`text`: a text, or the request's whole inputs map (schemas/task_inputs.py: rerank's query
+        and passages; a tensor model's inputs, numpy arrays or tensor maps)."""
         options = options or RequestOptions()
         submitted = now_ms()
         deadline = submitted + int((timeout or self.settings.default_timeout_s) * 1000)
-        return Request(id=self._ids.new(), model=model, version=options.version, inputs={"text": text},
+        return Request(id=self._ids.new(), model=model, version=options.version, inputs=inputs_map(text),
                        params=options.params, reply=reply, deadline_ms=deadline, priority=options.priority,
                        submitted_ms=submitted, debug=options.debug, tenant=options.tenant,
                        embedding_encoding=options.embedding_encoding)
@@ -218,7 +221,7 @@ class FleetClient:
         except (KafkaError, OSError) as exc:
             raise FleetUnavailable("kafka", f"{type(exc).__name__}: {exc}") from exc
 
-    async def infer(self, model: str, text: str, *, timeout: float | None = None,
+    async def infer(self, model: str, text: str | Mapping[str, Any], *, timeout: float | None = None,
                     options: RequestOptions | None = None) -> Result:
         """Send one request and await its result; InferenceTimeout names the id when the deadline
         passes, FleetUnavailable says Kafka or Redis did not answer, Overloaded that too many wait."""
@@ -227,7 +230,7 @@ class FleetClient:
             return exchange.result
         return exchange.result.model_copy(update={"timings": exchange.timings()})
 
-    async def exchange(self, model: str, text: str, *, timeout: float | None = None,
+    async def exchange(self, model: str, text: str | Mapping[str, Any], *, timeout: float | None = None,
                        options: RequestOptions | None = None) -> Exchange:
         """`infer()`, with the caller's own stages beside the result instead of copied into it
         (the gateway writes them straight into its answer)."""
@@ -252,7 +255,7 @@ class FleetClient:
         stages = {"produce_ms": (produced - started) * 1000, "end_to_end_ms": (answered - started) * 1000}
         return Exchange(result, stages)
 
-    async def submit(self, model: str, text: str, *, timeout: float | None = None,
+    async def submit(self, model: str, text: str | Mapping[str, Any], *, timeout: float | None = None,
                      results_topic: str | None = None, options: RequestOptions | None = None) -> str:
         """Fire and forget: returns the request id; read the result later with `result()`."""
         request = self.build_request(model, text, timeout=timeout, reply=ReplyTo(topic=results_topic),

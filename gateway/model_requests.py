@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from common.model_cards import ModelCards
 from gateway.auth import Caller
 from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
@@ -21,6 +22,7 @@ from gateway.known_topics import KnownTopics
 from gateway.metrics import GatewayMetrics
 from gateway.responses import result_json, safe_json
 from gateway.settings import GatewaySettings
+from gateway.task_inputs import inputs_of
 from schemas.wire import ReplyTo, Result, Status
 
 INFER_ROUTE = "/v1/models/{model}/infer"
@@ -51,6 +53,14 @@ class ModelRequests:
         self._rules = BodyRules.of(settings)
         self._models = frozenset(settings.models)
         self._topics = KnownTopics(self._cluster_topics)
+        self._model_cards: ModelCards | None = None
+
+    @property
+    def _cards(self) -> ModelCards:
+        """The model cards, read through the client's Redis (which exists once the client started)."""
+        if self._model_cards is None:
+            self._model_cards = ModelCards(self._fleet.redis)
+        return self._model_cards
 
     def body(self, model: str, raw: bytes, content_type: str | None, caller: Caller) -> InferBody:
         """The request body, checked, with the tenant of the caller's key in it."""
@@ -71,7 +81,8 @@ class ModelRequests:
         try:
             # With a rule to fall back on, stop waiting a little before the deadline to use it.
             wait = timeout * (1 - settings.rule_fallback_margin) if rule is not None else timeout
-            exchange = await self._fleet.exchange(model, body.text, timeout=wait, options=self._options_of(body))
+            inputs = await inputs_of(self._cards, model, body)
+            exchange = await self._fleet.exchange(model, inputs, timeout=wait, options=self._options_of(body))
         except InferenceTimeout as exc:
             if rule is not None and (await self._fleet.router.route(model, fresh=True)).workers_alive == 0:
                 self._metrics.rule_answers.labels(model=model).inc()
@@ -91,7 +102,8 @@ class ModelRequests:
         if body.results_topic is not None and not await self._topics.exists(body.results_topic):
             raise invalid((("results_topic",), f"topic {body.results_topic!r} does not exist; results topics are "
                                                "created by the fleet's operators (fleet topics), not by requests"))
-        request = self._fleet.build_request(model, body.text, timeout=self._timeout_of(body),
+        inputs = await inputs_of(self._cards, model, body)
+        request = self._fleet.build_request(model, inputs, timeout=self._timeout_of(body),
                                             reply=ReplyTo(topic=body.results_topic), options=self._options_of(body))
         try:
             await self._fleet.publish(request)

@@ -86,6 +86,15 @@ class ModelLoader:
             return _open_torch(self.registry, manifest, options)
         if backend == "sim" and self.spec.sim is not None:
             return SimBackend.load(self.registry, manifest, self.spec.sim, options)
+        if manifest.task == "tensor":
+            from models.backends.tensor import OnnxTensorBackend
+
+            return OnnxTensorBackend.load(self.registry, manifest, options)  # type: ignore[return-value]
+        if manifest.task in ("rerank", "token-classification"):
+            from models.backends.text_tasks import OnnxRerankBackend, OnnxTokenClassificationBackend
+
+            backend_class = OnnxRerankBackend if manifest.task == "rerank" else OnnxTokenClassificationBackend
+            return backend_class.load(self.registry, manifest, options)  # type: ignore[return-value]
         from models.backends.onnx import OnnxEmbeddingBackend
 
         return OnnxEmbeddingBackend.load(self.registry, manifest, options)

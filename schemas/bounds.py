@@ -33,7 +33,9 @@ def _string_problem(text: str) -> str | None:
     return None
 
 
-def _scalar_problem(value: Any) -> str | None:
+def _scalar_problem(value: Any, allow_bytes: bool = False) -> str | None:
+    if allow_bytes and isinstance(value, bytes):
+        return None  # a tensor's data (schemas/tensors.py checks it against its dtype and shape)
     if isinstance(value, str):
         return _string_problem(value)
     if isinstance(value, bool) or value is None:
@@ -55,14 +57,16 @@ def _children(value: dict[str, Any] | list[Any], path: Path) -> Iterator[tuple[P
             yield (*path, index), child
 
 
-def bound_problems(document: Any, bounds: JsonBounds, limit: int = 5) -> list[tuple[Path, str]]:
-    """Up to `limit` (path, problem) pairs; empty when the document keeps the bounds."""
+def bound_problems(document: Any, bounds: JsonBounds, limit: int = 5, *,
+                   allow_bytes: bool = False) -> list[tuple[Path, str]]:
+    """Up to `limit` (path, problem) pairs; empty when the document keeps the bounds. `allow_bytes`:
+    binary strings are plain data too (a request's inputs, where tensors travel as bytes)."""
     problems: list[tuple[Path, str]] = []
     stack: list[tuple[Path, Any, int]] = [((), document, 0)]
     while stack and len(problems) < limit:
         path, value, depth = stack.pop()
         if not isinstance(value, (dict, list)):
-            if (problem := _scalar_problem(value)) is not None:
+            if (problem := _scalar_problem(value, allow_bytes)) is not None:
                 problems.append((path, problem))
             continue
         if depth > bounds.max_depth:

@@ -10,11 +10,12 @@ keyed by the request id on the topic. Fields:
 | model          | str           | model name                                                               |
 | live_version   | str           | version whose answer was compared against (stable, or what live served)  |
 | shadow_version | str           | the candidate version the shadow ran                                     |
-| kind           | str           | `embedding` or `classification`                                          |
+| kind           | str           | the model's task: `embedding`, `classification`, `rerank`, `token-classification`, `tensor` |
 | cosine         | float or nil  | cosine of live and shadow embeddings (embeddings only)                   |
+| score          | float or nil  | the task's own measure: rerank max score difference, token-classification span F1, tensor max abs difference |
 | live_label     | str or nil    | live label (classifiers only)                                            |
 | shadow_label   | str or nil    | shadow label (classifiers only)                                          |
-| agreed         | bool          | cosine >= threshold (embeddings) or equal labels (classifiers)           |
+| agreed         | bool          | cosine >= threshold (embeddings), equal labels (classifiers), score within the task's threshold (others) |
 | live_ms        | float or nil  | inference ms of the live answer's batch (nil: a cache hit, not timed)    |
 | shadow_ms      | float         | inference ms of the shadow's candidate batch                             |
 | live_batch     | int or nil    | rows in the batch that computed the live answer                          |
@@ -38,8 +39,13 @@ INPUT_EXCERPT_CHARS = 80
 
 
 class ComparisonKind(StrEnum):
+    """The compared model's task (schemas/tasks.py)."""
+
     embedding = "embedding"
     classification = "classification"
+    rerank = "rerank"
+    token_classification = "token-classification"
+    tensor = "tensor"
 
 
 class LiveSource(StrEnum):
@@ -54,6 +60,7 @@ class Comparison(_Wire):
     shadow_version: str
     kind: ComparisonKind
     cosine: float | None = None
+    score: float | None = None
     live_label: str | None = None
     shadow_label: str | None = None
     agreed: bool

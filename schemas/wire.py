@@ -136,7 +136,8 @@ class Request(_Wire):
         # msgpack's strings are valid UTF-8 already: a map of strings (the usual text request) keeps the bounds.
         if not (plain_strings(data.get("inputs", _NONE)) and plain_strings(data.get("params", _NONE))):
             problems = [f"{'.'.join(map(str, (field, *path)))}: {problem}" for field in ("params", "inputs")
-                        for path, problem in bound_problems(data.get(field, {}), PARAMS_BOUNDS, limit=3)]
+                        for path, problem in bound_problems(data.get(field, {}), PARAMS_BOUNDS, limit=3,
+                                                            allow_bytes=field == "inputs")]
             if problems:
                 raise WireError("invalid fields: " + "; ".join(problems))
         try:
@@ -215,7 +216,12 @@ class Result(_Wire):
         return pack_with_outputs(fields, outputs)
 
     def as_floats(self) -> "Result":
-        """This result with an `f32le` embedding as a list of floats, for JSON, which has no bytes."""
+        """This result with an `f32le` embedding as a list of floats, and a tensor model's outputs as
+        nested arrays, for JSON, which has no bytes."""
+        if self.outputs is not None and "tensors" in self.outputs:
+            from schemas.tensors import tensors_as_json  # schemas/tensors.py builds on this module
+
+            return self.model_copy(update={"outputs": tensors_as_json(self.outputs)})
         if self.embedding_encoding != F32LE:
             return self
         row = self.embedding()

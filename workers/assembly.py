@@ -65,6 +65,7 @@ async def _cancelled(task: "asyncio.Task[None]") -> None:
 def serving_set(settings: WorkerSettings, first: Backend, load_version: Callable[[str], Backend], loader: ModelLoader,
                 metrics: WorkerMetrics) -> ModelSet:
     """The resident versions, starting with `first`; further versions load like it (hot swaps)."""
+    metrics.observe_model(settings.model, first)
     return ModelSet(first, load_version, budget_bytes=int(settings.model_memory_budget_mb * 2**20),
                     size_of=loader.resident_size,
                     on_load=lambda backend, seconds: metrics.observe_load(settings.model, backend, seconds))

@@ -30,6 +30,7 @@ from common.heartbeats import HealthState
 from models.backends.base import Backend
 from models.backends.onnx import DeviceUnavailable
 from models.loading import ModelLoader
+from models.tasks import task_of
 from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,
                            requests_topic)
 from schemas.wire import Status, now_ms
@@ -174,11 +175,12 @@ class Worker(KafkaMember):
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
             topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
+        probe_input = task_of(inner.manifest).probe(inner.manifest)
         who = WorkerIdentity(self.worker_id, labels=lambda: self._labels,
                              backlog=lambda: sum(self._collector_backlog().values()))
         self._parts = await assemble(self.settings, who, models=models, loader=loader, redis=self._redis,
                                      producer=self._producer,
-                                     probe=self.faults.wrap_probe(lambda: inner.infer(["health probe"])),
+                                     probe=self.faults.wrap_probe(lambda: inner.infer([probe_input])),
                                      metrics=self.metrics, exit_stack=self._exit)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
                                                    device=self.backend.device, worker=self.worker_id)

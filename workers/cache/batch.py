@@ -20,6 +20,7 @@ from common.redis_cluster import AnyRedis
 from schemas.names import cache_generation_key
 from schemas.wire import CacheTier, Result, now_ms
 from models.backends.base import Backend
+from models.tasks import task_named
 from workers.cache.exact import ExactCache, unpack_outputs
 from workers.cache.keys import input_digest
 from workers.cache.metrics import CacheMetrics
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def digest_of(item: Ready) -> str:
-    return input_digest(item.text, item.request.params)
+    return input_digest(item.key or item.text, item.request.params)
 
 
 def cached_result(group: VersionGroup, request_id: str, outputs: dict[str, Any], tier: CacheTier,
@@ -48,7 +49,8 @@ def cached_result(group: VersionGroup, request_id: str, outputs: dict[str, Any],
 class BatchCaches:
     def __init__(self, settings: WorkerSettings, *, redis: AnyRedis, producer: AIOKafkaProducer, metrics: CacheMetrics,
                  load_encoder: Callable[[], Backend], task: str) -> None:
-        """`task`: what the served model does; an embedding model never gets a semantic cache."""
+        """`task`: what the served model does; only a task that says a near answer is right (a
+        classifier's label) gets a semantic cache."""
         self._model = settings.model
         self._metrics = metrics
         self._redis = redis
@@ -57,9 +59,9 @@ class BatchCaches:
                                 redis_ttl_s=settings.exact_cache_ttl_s, redis_enabled=settings.exact_cache_redis,
                                 metrics=metrics) if settings.exact_cache else None
         self.semantic: SemanticTier | None = None
-        if settings.semantic_cache and task == "embedding":
-            log.warning("semantic cache refused for %s: an embedding model's near answer is a wrong answer",
-                        settings.model)
+        if settings.semantic_cache and not task_named(task).semantic_cache:
+            log.warning("semantic cache refused for %s: a %s model's near answer is a wrong answer",
+                        settings.model, "n embedding" if task == "embedding" else f" {task}")
         elif settings.semantic_cache:
             from workers.cache.semantic_tier import SemanticTier  # faiss loads only where a semantic cache is on
 

@@ -12,7 +12,7 @@ from aiokafka import ConsumerRecord
 
 from schemas.wire import CacheTier, DeadLetter, Result, now_ms
 from workers.cache.exact import pack_outputs
-from workers.compute.outputs import outputs_of
+from models.tasks import task_of
 from workers.compute.prepare import Prepared, VersionGroup, timings_of
 from workers.compute.run_batch import BatchRun, OutOfMemoryForOneRow, run_batch
 from workers.compute.triage import Ready
@@ -79,7 +79,7 @@ def compute(prepared: Prepared) -> Computed:
         if not group.ready:
             continue
         started = time.perf_counter()
-        run = run_batch(group.backend, group.encoded, [item.text for item in group.ready])
+        run = run_batch(group.backend, group.encoded, [item.payload for item in group.ready])
         elapsed_ms = (time.perf_counter() - started) * 1000
         done.runs.append(run)
         done.inference_ms += elapsed_ms
@@ -137,7 +137,7 @@ def _result(group: VersionGroup, item: Ready, answer: npt.NDArray[np.float32] | 
     if isinstance(answer, Exception):
         return who.error(item.request.id, "inference_failed", f"{type(answer).__name__}: {answer}",
                          batch_size=computed.batch_size, timings=timings)
-    return computed.model_copy(update={"id": item.request.id, "outputs": outputs_of(group.backend.manifest, answer),
+    return computed.model_copy(update={"id": item.request.id, "outputs": task_of(group.backend.manifest).outputs(group.backend.manifest, answer),
                                        "timings": timings, "finished_ms": now_ms()})
 
 

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from aiokafka import ConsumerRecord
 
 from models.backends.base import Backend, Encoded
+from models.tasks import task_of
 from workers.batching.collector import FetchedBatch
 from workers.compute.provenance import Provenance
 from workers.compute.threads import in_thread
@@ -91,7 +92,9 @@ def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Bac
                digest: Callable[[Ready], str] | None = None, rules: TriageRules = TriageRules()) -> Prepared:
     """Triage the records and give each ready request its version group."""
     records = batch.records
-    triaged = triage(records, who_for(serving.stable), start_ms, resident=tuple(resident), rules=rules)
+    task, manifest = task_of(serving.stable.manifest), serving.stable.manifest
+    triaged = triage(records, who_for(serving.stable), start_ms, resident=tuple(resident), rules=rules,
+                     parse=lambda request: task.parse(request, manifest, max_chars=rules.max_input_chars))
     # Close deadlines first: when a group is cut into sub-batches, urgent rows lead ties.
     triaged.ready.sort(key=lambda item: item.request.deadline_ms)
     fetched_ms = {id(record): at for record, at in zip(records, batch.fetched_ms, strict=True)}
@@ -128,7 +131,7 @@ def encode_groups(prepared: Prepared, *, reject_overlong: bool = False) -> None:
         if not group.ready:
             continue
         try:
-            group.encoded = group.backend.encode([item.text for item in group.ready])
+            group.encoded = group.backend.encode([item.payload for item in group.ready])
             if reject_overlong and any(group.encoded.truncated):
                 group.encoded = _reject_overlong(group, prepared.triaged)
         except Exception:
@@ -143,7 +146,7 @@ def _reject_overlong(group: VersionGroup, triaged: Triage) -> Encoded | None:
     too_long = [row for row, cut in enumerate(group.encoded.truncated) if cut]
     drop_rows(group, too_long, lambda _row, item: Outcome.of(
         item, group.who.error(item.request.id, "input_too_long", message)), triaged.answered)
-    return group.backend.encode([item.text for item in group.ready]) if group.ready else None
+    return group.backend.encode([item.payload for item in group.ready]) if group.ready else None
 
 
 def drop_rows(group: VersionGroup, drop: Collection[int], answer: Callable[[int, Ready], Outcome],

@@ -6,10 +6,11 @@ and the rest are ready for the model. Every record lands in exactly one of those
 """
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from models.tasks import Parsed
 from schemas.results_topics import results_topic_problem
 from schemas.wire import DeadLetter, ErrorInfo, ReplyTo, Request, Status, WireError
 from workers.compute.provenance import Provenance
@@ -37,7 +38,13 @@ class Ready:
 
     record: KafkaRecord
     request: Request
-    text: str
+    text: str  # a text task's text; a summary of any other input (for traces and dead letters)
+    payload: Any = None  # what the backend encodes (models/tasks: the task's parsed input)
+    key: str = ""  # what the exact cache hashes with the params
+
+    @classmethod
+    def of(cls, record: KafkaRecord, request: Request, parsed: Parsed) -> "Ready":
+        return cls(record, request, parsed.text, parsed.payload, parsed.key)
 
 
 @dataclass
@@ -67,14 +74,27 @@ class TriageRules:
         return problem
 
 
+Parse = Callable[[Request], Parsed]
+
+
+def parse_text(rules: "TriageRules") -> Parse:
+    """A text request's parse, for a worker of a text model (the task's own parse says the same)."""
+    def parse(request: Request) -> Parsed:
+        text = request.text[:rules.max_input_chars]
+        return Parsed(text, text, text)
+    return parse
+
+
 def triage(records: list[KafkaRecord], who: Provenance, now_ms: int, resident: Collection[str] = (),
-           rules: TriageRules = TriageRules()) -> Triage:
-    """`resident`: the versions a request may pin (default: only `who.version`)."""
+           rules: TriageRules = TriageRules(), parse: Parse | None = None) -> Triage:
+    """`resident`: the versions a request may pin (default: only `who.version`). `parse`: the
+    served task's reading of a request's inputs (models/tasks; default: a text)."""
     sorted_out = Triage()
     pinnable = resident or (who.version,)
+    parse = parse or parse_text(rules)
     for record in records:
         try:
-            _sort_one(record, who, now_ms, sorted_out, pinnable, rules)
+            _sort_one(record, who, now_ms, sorted_out, pinnable, rules, parse)
         except Exception as exc:  # whatever one record does, it costs that record alone
             reason = f"the worker could not read it: {type(exc).__name__}: {exc}"
             sorted_out.dead_letters.append(dead_letter(record, reason, "unreadable", who.worker))
@@ -95,7 +115,7 @@ def _early_timings(record: KafkaRecord, request: Request, now_ms: int) -> dict[s
 
 
 def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, pinnable: Collection[str],
-              rules: TriageRules) -> None:
+              rules: TriageRules, parse: Parse) -> None:
     if not record.value:
         into.dead_letters.append(dead_letter(record, "empty message", "empty", who.worker))
         return
@@ -132,12 +152,11 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, p
         into.answered.append(Outcome(request, who.error(request.id, "version_unavailable", message, timings=timings), source))
         return
     try:
-        text = request.text
+        parsed = parse(request)
     except WireError as exc:
         # Decodable but unusable: the caller gets an error result, the DLQ keeps the bytes.
         into.dead_letters.append(dead_letter(record, str(exc), exc.code, who.worker))
         into.answered.append(Outcome(request, who.error(request.id, "invalid_input", str(exc),
                                                         timings=_early_timings(record, request, now_ms)), source))
         return
-    # A text is cut by characters before the tokenizer sees it: 5 MB cost what the longest input costs.
-    into.ready.append(Ready(record, request, text[:rules.max_input_chars]))
+    into.ready.append(Ready.of(record, request, parsed))

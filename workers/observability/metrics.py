@@ -76,6 +76,9 @@ class WorkerMetrics:
         self.health_state = Gauge(f"{PREFIX}_worker_health_state", "1 for the worker's current health state "
                                   "(healthy | degraded | failed), 0 for the others",
                                   ["model", "role", "device", "worker", "state"], registry=reg)
+        self.model_info = Gauge(f"{PREFIX}_model_info", "1 for every model version this worker serves, labelled "
+                                "by its task (models/tasks) and precision: join on (model, version) to break any "
+                                "series down by task", ["model", "version", "task", "precision"], registry=reg)
         self.failovers = Counter(f"{PREFIX}_failovers", "Times this worker handed its partitions over (device "
                                  "failed or drained)", labels, registry=reg)
         self.waiting = Gauge(f"{PREFIX}_worker_waiting", "1 while delivery waits for a dependency (redis, kafka) "
@@ -89,6 +92,12 @@ class WorkerMetrics:
     def observe_load(self, model: str, backend: "Backend", seconds: float) -> None:
         self.model_load.labels(model=model, version=backend.manifest.id,
                                device=backend.device).set(seconds)
+        self.observe_model(model, backend)
+
+    def observe_model(self, model: str, backend: "Backend") -> None:
+        manifest = backend.manifest
+        self.model_info.labels(model=model, version=manifest.id, task=manifest.task,
+                               precision=manifest.precision).set(1)
 
     def observe_backlog(self, model: str, role: str, owned: Mapping[TopicPartition, int],
                         reported_before: Set[TopicPartition]) -> None:

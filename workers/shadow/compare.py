@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from models.tasks import task_named
+from models.tasks.text import cosine
 from schemas.shadow import Comparison, ComparisonKind, LiveSource, excerpt
 from schemas.wire import CacheTier, Request, Result, Status
 
@@ -39,16 +41,6 @@ def sampled(request_id: str, fraction: float) -> bool:
     return int.from_bytes(digest, "big") / _HASH_SPACE < fraction
 
 
-def cosine(a: Sequence[float] | npt.NDArray[np.floating[Any]], b: Sequence[float] | npt.NDArray[np.floating[Any]]) -> float:
-    """Cosine of two vectors (0.0 when either is all zeros); ValueError when their widths differ."""
-    x = np.asarray(a, dtype=np.float64).ravel()
-    y = np.asarray(b, dtype=np.float64).ravel()
-    if x.shape != y.shape:
-        raise ValueError(f"embedding widths differ: live {x.shape[0]}, shadow {y.shape[0]}")
-    norms = float(np.linalg.norm(x) * np.linalg.norm(y))
-    return float(np.dot(x, y) / norms) if norms > 0 else 0.0
-
-
 @dataclass(frozen=True)
 class Verdict:
     kind: ComparisonKind
@@ -56,21 +48,28 @@ class Verdict:
     cosine: float | None = None
     live_label: str | None = None
     shadow_label: str | None = None
+    score: float | None = None
 
 
-def judge(live: Outputs, shadow: Outputs, *, agree_cosine: float) -> Verdict:
-    """Compare two model outputs: embeddings by cosine, classifier labels by equality.
+# What agreeing means for the tasks whose threshold is not the shadow's cosine setting: the
+# largest rerank score difference, the least span F1, the largest tensor element difference.
+AGREE_THRESHOLDS = {"rerank": 0.1, "token-classification": 0.9, "tensor": 1e-3}
 
-    ValueError when the two are not the same kind of output (nothing meaningful to compare).
-    """
-    if "embedding" in live and "embedding" in shadow:
-        value = cosine(live["embedding"], shadow["embedding"])
-        return Verdict(ComparisonKind.embedding, value >= agree_cosine, cosine=value)
-    if "label" in live and "label" in shadow:
-        live_label, shadow_label = str(live["label"]), str(shadow["label"])
-        return Verdict(ComparisonKind.classification, live_label == shadow_label, live_label=live_label,
-                       shadow_label=shadow_label)
-    raise ValueError(f"incomparable outputs: live has {sorted(live)}, shadow has {sorted(shadow)}")
+
+def judge(live: Outputs, shadow: Outputs, *, agree_cosine: float, task: str | None = None) -> Verdict:
+    """Compare two model outputs the way their task does (models/tasks: embeddings by cosine,
+    classifier labels by equality, rerank scores by their largest difference, spans by F1,
+    tensors by their largest difference). Without `task`, an embedding or a label is recognised
+    by its outputs. ValueError when the two are not the same kind of output."""
+    if task is None:
+        task = "embedding" if "embedding" in live else "classification"
+    kind = ComparisonKind(task)
+    agreement = task_named(task).compare(live, shadow, threshold=AGREE_THRESHOLDS.get(task, agree_cosine))
+    if kind is ComparisonKind.embedding:
+        return Verdict(kind, agreement.agreed, cosine=agreement.score)
+    if kind is ComparisonKind.classification:
+        return Verdict(kind, agreement.agreed, live_label=agreement.live_label, shadow_label=agreement.shadow_label)
+    return Verdict(kind, agreement.agreed, score=agreement.score)
 
 
 def live_answer(result: Result | None, candidate: str) -> Result | None:
@@ -102,10 +101,10 @@ class Side:
 
 
 def make_comparison(request: Request, text: str, live: Side, shadow: Side, source: LiveSource, *,
-                    agree_cosine: float) -> Comparison:
-    verdict = judge(live.outputs, shadow.outputs, agree_cosine=agree_cosine)
+                    agree_cosine: float, task: str | None = None) -> Comparison:
+    verdict = judge(live.outputs, shadow.outputs, agree_cosine=agree_cosine, task=task)
     return Comparison(id=request.id, model=request.model, live_version=live.version, shadow_version=shadow.version,
-                      kind=verdict.kind, cosine=verdict.cosine, live_label=verdict.live_label,
+                      kind=verdict.kind, cosine=verdict.cosine, score=verdict.score, live_label=verdict.live_label,
                       shadow_label=verdict.shadow_label, agreed=verdict.agreed, live_ms=live.ms,
                       shadow_ms=shadow.ms or 0.0, live_batch=live.batch, shadow_batch=shadow.batch or 1,
                       live_source=source, input=excerpt(text))

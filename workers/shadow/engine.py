@@ -34,7 +34,8 @@ from schemas.wire import Request, Result, WireError
 from models.backends.base import Backend
 from workers.compute.outputs import outputs_of
 from models.loading import ModelLoader
-from models.registry import ModelRegistry, RegistryError
+from models.registry import ModelManifest, ModelRegistry, RegistryError
+from models.tasks import Parsed, task_of
 from workers.runtime_settings import ModelRuntimeSettings
 from workers.shadow.settings import ShadowSettings
 from workers.shadow.compare import (Outputs, Side, StatsDelta, live_answer, live_timing, make_comparison,
@@ -102,6 +103,7 @@ class _Item:
     record: ConsumerRecord
     request: Request
     text: str
+    payload: Any = None  # what the backend encodes (models/tasks: the task's parsed input)
 
 
 @dataclass
@@ -120,9 +122,9 @@ def _outputs_of(backend: Backend, rows: Any) -> list[Outputs]:
     return [outputs_of(backend.manifest, row) for row in rows]
 
 
-def _run(backend: Backend, texts: Sequence[str]) -> tuple[list[Outputs], float]:
+def _run(backend: Backend, payloads: Sequence[Any]) -> tuple[list[Outputs], float]:
     started = time.perf_counter()
-    rows = backend.infer(list(texts))
+    rows = backend.infer(list(payloads))
     elapsed_ms = (time.perf_counter() - started) * 1000
     return _outputs_of(backend, rows), elapsed_ms
 
@@ -155,6 +157,16 @@ class ShadowEngine:
             self.stable, self.candidate = stable, candidate
             self._backends.retain({v for v in (stable, candidate) if v})
 
+    async def _candidate_manifest(self) -> ModelManifest | None:
+        """The candidate's manifest (its task reads the requests); None without a loadable candidate."""
+        if self.candidate is None or self.candidate == self.stable:
+            return None
+        try:
+            return (await self._backends.get(self.candidate)).manifest
+        except Exception as exc:  # counted where the candidate runs; here the requests are read as texts
+            log.warning("cannot load candidate %s to read its task (%s)", self.candidate, exc)
+            return None
+
     def _registered_stable(self) -> str | None:
         """Without a stable pointer, stable is what a live worker with these settings would load."""
         try:
@@ -168,17 +180,21 @@ class ShadowEngine:
             self.totals.skipped[reason] += count
             self.metrics.skipped.labels(model=self.model, reason=reason).inc(count)
 
-    def _triage(self, records: Sequence[ConsumerRecord]) -> list[_Item]:
+    def _triage(self, records: Sequence[ConsumerRecord], manifest: ModelManifest | None) -> list[_Item]:
+        """`manifest`: the candidate's, whose task reads the inputs (None: no candidate, read as texts)."""
         items = []
         for record in records:
             try:
                 request = Request.decode(record.value or b"")
-                text = request.text
+                if manifest is None:
+                    parsed = Parsed(request.text, request.text, request.text)
+                else:
+                    parsed = task_of(manifest).parse(request, manifest, max_chars=16 * self.settings.max_input_tokens)
             except WireError:
                 self._skip("undecodable")  # the live path dead-letters it; nothing to compare
                 continue
             if sampled(request.id, self.settings.shadow_sample):
-                items.append(_Item(record, request, text))
+                items.append(_Item(record, request, parsed.text, parsed.payload))
             else:
                 self._skip("not_sampled")
         return items
@@ -187,7 +203,7 @@ class ShadowEngine:
         """Compare one batch; never raises for bad input or a failing candidate (those are counted)."""
         self.totals.records += len(records)
         await self.refresh_versions()
-        items = self._triage(records)
+        items = self._triage(records, await self._candidate_manifest())
         if not items:
             return []
         candidate, stable = self.candidate, self.stable
@@ -195,6 +211,8 @@ class ShadowEngine:
             self._skip("no_candidate", len(items))
             return []
         delta = StatsDelta()
+        manifest = await self._candidate_manifest()
+        task = manifest.task if manifest is not None else None
         # The candidate runs while the live results are looked up (and waited for).
         running = asyncio.create_task(self._run_candidate(candidate, items))
         try:
@@ -226,7 +244,7 @@ class ShadowEngine:
                 continue
             try:
                 comparisons.append(make_comparison(item.request, item.text, side, shadow, source,
-                                                   agree_cosine=self.settings.shadow_agree_cosine))
+                                                   agree_cosine=self.settings.shadow_agree_cosine, task=task))
             except ValueError as exc:
                 log.warning("request %s: %s", item.request.id, exc)
                 self._skip("incomparable")
@@ -238,7 +256,7 @@ class ShadowEngine:
 
     async def _run_candidate(self, candidate: str, items: list[_Item]) -> tuple[list[Outputs], float]:
         backend = await self._backends.get(candidate)
-        return await asyncio.to_thread(_run, backend, [item.text for item in items])
+        return await asyncio.to_thread(_run, backend, [item.payload for item in items])
 
     async def _live_results(self, items: list[_Item]) -> dict[str, Result]:
         """Live results by request id; waits for missing ones until each record's timestamp + grace.
@@ -272,7 +290,7 @@ class ShadowEngine:
             return {}
         try:
             backend = await self._backends.get(stable)
-            outputs, ms = await asyncio.to_thread(_run, backend, [item.text for item in missing])
+            outputs, ms = await asyncio.to_thread(_run, backend, [item.payload for item in missing])
         except Exception:
             log.exception("recomputing stable %s for %d requests failed", stable, len(missing))
             return {}

@@ -1,0 +1,103 @@
+"""ONNX Runtime backends for the text tasks whose rows are not one per text:
+
+- `rerank`: a cross-encoder scoring (query, passage) pairs. A request is a query and its
+  passages; each pair is a model row, so one request is several rows of a batch, and its answer
+  is the scores of its passages in order.
+- `token-classification`: a score per label for every token. A request's answer is its tokens'
+  label probabilities with the characters each token covers, which the task turns into spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from models.backends.encodings import RowsOfRequests, TaskTokenizer
+from models.backends.onnx import open_session, providers_for
+from models.backends.options import RuntimeOptions
+from models.registry import ModelManifest, ModelRegistry
+from models.tasks.token_classification import TokenScores
+from schemas.task_inputs import RerankInput
+
+
+def _softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+class _OnnxTextTaskBackend:
+    def __init__(self, manifest: ModelManifest, session: ort.InferenceSession, tokenizer: TaskTokenizer,
+                 device: str, *, length_bucket_size: int) -> None:
+        self.manifest = manifest
+        self.device = device
+        self.length_bucket_size = length_bucket_size
+        self._session = session
+        self._tokenizer = tokenizer
+        self._output = manifest.outputs[0].name
+
+    @classmethod
+    def load(cls, registry: ModelRegistry, manifest: ModelManifest,
+             options: RuntimeOptions = RuntimeOptions()) -> _OnnxTextTaskBackend:
+        providers_for(options.device)
+        registry.verify(manifest)  # a tampered or half-copied model is never run
+        session = open_session(registry.path_of(manifest, manifest.onnx_file), device=options.device,
+                               intra_op_threads=options.intra_op_threads,
+                               graph_optimization=options.graph_optimization,
+                               memory_headroom=options.memory_headroom, spinning=options.spinning)
+        declared = sorted(spec.name for spec in manifest.inputs)
+        actual = sorted(node.name for node in session.get_inputs())
+        if declared != actual:
+            raise ValueError(f"{manifest.id}: manifest declares inputs {declared}, graph has {actual}")
+        tokenizer = TaskTokenizer.of(registry, manifest, options.max_input_tokens)
+        return cls(manifest, session, tokenizer, options.device, length_bucket_size=options.length_bucket_size)
+
+    def _rows(self, encoded: RowsOfRequests) -> list[npt.NDArray[np.float32]]:
+        """The first output's row for every model row, in row order."""
+        rows: list[npt.NDArray[np.float32] | None] = [None] * len(encoded.encodings)
+        for chunk in encoded.chunks:
+            (result,) = self._session.run([self._output], chunk.feeds)
+            result = np.asarray(result, dtype=np.float32)
+            if result.shape[0] != len(chunk.rows):
+                raise ValueError(f"{self.manifest.id}: {result.shape[0]} rows out for {len(chunk.rows)} in")
+            for position, row in enumerate(chunk.rows.tolist()):
+                rows[row] = result[position]
+        return rows  # type: ignore[return-value]
+
+
+class OnnxRerankBackend(_OnnxTextTaskBackend):
+    def encode(self, items: Sequence[RerankInput]) -> RowsOfRequests:
+        pairs = [(item.query, passage) for item in items for passage in item.passages]
+        return self._tokenizer.encode(pairs, [len(item.passages) for item in items], self.length_bucket_size)
+
+    def run(self, encoded: RowsOfRequests) -> list[npt.NDArray[np.float32]]:
+        """Each request's passage scores, in the order of its passages."""
+        scores = np.asarray([float(np.ravel(row)[0]) for row in self._rows(encoded)], dtype=np.float32)
+        answers, start = [], 0
+        for count in encoded.counts:
+            answers.append(scores[start:start + count])
+            start += count
+        return answers
+
+    def infer(self, items: Sequence[RerankInput]) -> list[npt.NDArray[np.float32]]:
+        return self.run(self.encode(items))
+
+
+class OnnxTokenClassificationBackend(_OnnxTextTaskBackend):
+    def encode(self, texts: Sequence[str]) -> RowsOfRequests:
+        if isinstance(texts, str):
+            raise TypeError("encode takes a sequence of texts, not a single string")
+        return self._tokenizer.encode(list(texts), [1] * len(texts), self.length_bucket_size)
+
+    def run(self, encoded: RowsOfRequests) -> list[TokenScores]:
+        answers = []
+        for encoding, logits in zip(encoded.encodings, self._rows(encoded), strict=True):
+            real = [i for i, special in enumerate(encoding.special_tokens_mask[:len(encoding.ids)]) if not special]
+            probabilities = _softmax(logits[:len(encoding.ids)])[real]
+            answers.append(TokenScores(probabilities, tuple(encoding.offsets[i] for i in real)))
+        return answers
+
+    def infer(self, texts: Sequence[str]) -> list[TokenScores]:
+        return self.run(self.encode(texts))
