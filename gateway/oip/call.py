@@ -19,9 +19,10 @@ Data = list[bytes] | np.ndarray
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_elements: int  # elements of one tensor (text rows for the text tasks)
+    max_elements: int  # elements of one BYTES tensor (text rows for the text tasks)
     max_element_bytes: int  # bytes of one BYTES element
     max_timeout_ms: int
+    max_numbers: int = 4 * 1024 * 1024  # elements of one numeric tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,18 +50,19 @@ class InferCall:
     priority: int = 0
 
 
-def check_shape(shape: object, where: str, limits: Limits) -> tuple[int, ...]:
+def check_shape(shape: object, where: str, limits: Limits, datatype: str = BYTES) -> tuple[int, ...]:
     if not isinstance(shape, list | tuple) or len(shape) > MAX_RANK:
         raise bad_input(f"{where}: shape must be a list of at most {MAX_RANK} sizes")
     if not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape):
         raise bad_input(f"{where}: shape sizes must be non-negative integers")
     dims = tuple(shape)
+    bound = limits.max_elements if datatype == BYTES else limits.max_numbers
     # Checked size by size, so a huge declared shape is refused before it is multiplied out.
     count = 1
     for size in dims:
         count *= size
-        if count > limits.max_elements:
-            raise bad_input(f"{where}: shape {list(dims)[:MAX_RANK]} holds more than {limits.max_elements} elements")
+        if count > bound:
+            raise bad_input(f"{where}: shape {list(dims)[:MAX_RANK]} holds more than {bound} elements")
     return dims
 
 
@@ -119,7 +121,7 @@ def _input(spec: Any, index: int, binary: memoryview, at: int, limits: Limits) -
     if not isinstance(spec, dict) or not isinstance(name := spec.get("name"), str) or not name:
         raise bad_input(f"{where}: an object with a name is required")
     datatype = check_datatype(spec.get("datatype"), where)
-    shape = check_shape(spec.get("shape"), where, limits)
+    shape = check_shape(spec.get("shape"), where, limits, datatype)
     count = element_count(shape)
     size = _parameters(spec, where).get("binary_data_size")
     if size is not None:

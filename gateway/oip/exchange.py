@@ -11,10 +11,11 @@ import asyncio
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
 from gateway.errors import FleetUnavailable
 from gateway.oip.errors import Failure, OipError
+from gateway.oip.tasks import Row
 from schemas.wire import ReplyTo, Request, Result, now_ms
 
 
-def build_rows(fleet: FleetClient, model: str, texts: list[str], timeout_s: float, options: RequestOptions
+def build_rows(fleet: FleetClient, model: str, texts: list[Row], timeout_s: float, options: RequestOptions
                ) -> list[Request]:
     reply = ReplyTo(redis=fleet.waiter.waiter_id)
     return [fleet.build_request(model, text, timeout=timeout_s, reply=reply, options=options) for text in texts]

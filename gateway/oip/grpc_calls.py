@@ -52,7 +52,7 @@ def call_of(request: Any, limits: Limits) -> InferCall:
     for index, tensor in enumerate(request.inputs):
         where = f"inputs[{index}]"
         datatype = check_datatype(tensor.datatype, where)
-        shape = check_shape(list(tensor.shape), where, limits)
+        shape = check_shape(list(tensor.shape), where, limits, datatype)
         count = element_count(shape)
         data = binary_data(raw[index], datatype, count, where, limits) if raw else _typed(tensor, datatype, where,
                                                                                             limits)

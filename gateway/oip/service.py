@@ -17,7 +17,7 @@ from gateway.oip.call import InferCall, Limits, OutputRequest
 from gateway.oip.errors import Failure, OipError, bad_input
 from gateway.oip.exchange import build_rows, exchange_rows
 from gateway.oip.model_tasks import TaskBook
-from gateway.oip.tasks import OutputTensor, Task, texts_of
+from gateway.oip.tasks import OutputTensor, Row, Task
 from gateway.settings import GatewaySettings
 from schemas.wire import Result, Status
 
@@ -88,9 +88,9 @@ class OipService:
                 "outputs": [spec.metadata() for spec in task.outputs]}
 
     @staticmethod
-    def rows_of(task: Task, call: InferCall, max_chars: int) -> list[str]:
-        """The texts of a call, checked against the model's task before anything is published."""
-        texts = texts_of(call.inputs, max_chars)
+    def rows_of(task: Task, call: InferCall, max_chars: int) -> list[Row]:
+        """The request rows of a call, checked against the model's task before anything is published."""
+        texts = task.rows(call.inputs, max_chars)
         for wanted in call.outputs or ():
             if wanted.name not in task.mappers:
                 raise bad_input(f"output {wanted.name[:80]!r}: this model's outputs are {sorted(task.mappers)}")
@@ -99,7 +99,7 @@ class OipService:
                                 "classifier's outputs")
         return texts
 
-    async def infer(self, model: str, version: str | None, task: Task, call: InferCall, texts: list[str],
+    async def infer(self, model: str, version: str | None, task: Task, call: InferCall, texts: list[Row],
                     caller: Caller) -> Answer:
         started = time.perf_counter()
         timeout_s = call.timeout_ms / 1000 if call.timeout_ms else self._settings.default_timeout_s

@@ -7,7 +7,8 @@ Text tasks take one BYTES input of shape [N] or [N, 1]: each element is one requ
 published to Kafka as one fleet request (one text each)."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,10 @@ class OutputTensor:
 # An output's tensor from the call's results, given the classification extension's K (0: none) and
 # whether it goes out in binary (a mapper may then hand over raw bytes, else a JSON-ready list).
 Mapper = Callable[[list[Result], int, bool], OutputTensor]
+# A call's request rows from its inputs (and the most characters a text may have): a text each,
+# or an inputs map (rerank's query and passages, a tensor model's arrays).
+Row = str | dict[str, Any]
+Rows = Callable[[list[InputTensor], int], list[Row]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,7 @@ class Task:
     mappers: dict[str, Mapper]
     labels: tuple[str, ...] = ()  # a classifier's labels in score order, when known
     classifiable: frozenset[str] = frozenset()  # outputs the classification extension applies to
+    rows: Rows = field(default=lambda inputs, max_chars: list(texts_of(inputs, max_chars)))
 
     def output(self, name: str, results: list[Result], classification: int, binary: bool) -> OutputTensor:
         mapper = self.mappers.get(name)
@@ -64,7 +70,11 @@ def texts_of(inputs: list[InputTensor], max_chars: int) -> list[str]:
     """The rows of a text task's call: one BYTES input, [N] or [N, 1], each element UTF-8 text."""
     if len(inputs) != 1:
         raise bad_input(f"inputs: this model takes one input ({TEXT_INPUT!r}), got {len(inputs)}")
-    tensor = inputs[0]
+    return strings_of(inputs[0], max_chars)
+
+
+def strings_of(tensor: InputTensor, max_chars: int) -> list[str]:
+    """The UTF-8 texts of a BYTES input of shape [N] or [N, 1]."""
     if tensor.datatype != BYTES:
         raise bad_input(f"input {tensor.name[:80]!r}: datatype {tensor.datatype}, this model takes BYTES (UTF-8 text)")
     if len(tensor.shape) not in (1, 2) or (len(tensor.shape) == 2 and tensor.shape[1] != 1) or tensor.shape[0] < 1:
@@ -157,10 +167,16 @@ def task_of(model: str, model_tasks: dict[str, str]) -> Task:
 
 def card_task(card: ModelCard) -> Task | None:
     """The task of a model version from its card (schemas/model_card.py); None for a task the
-    protocol does not map yet (its metadata is still answered)."""
+    protocol does not map (token-classification: its spans have no tensor form here)."""
+    from gateway.oip.card_tasks import rerank_task, tensor_task
+
     if card.task == "embedding":
         width = card.outputs[0].shape[-1] if card.outputs and card.outputs[0].shape else -1
         return embedding_task(width)
     if card.task == "classification":
         return classification_task(tuple(card.labels))
+    if card.task == "rerank":
+        return rerank_task()
+    if card.task == "tensor":
+        return tensor_task(card)
     return None

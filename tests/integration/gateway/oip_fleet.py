@@ -3,6 +3,7 @@ classifier worker (faq-intent) and a gateway serving REST and gRPC, all real pro
 stack's Kafka and Redis, so the clients under test (tritonclient, KServe's) block without
 stalling anything they wait for."""
 
+import json
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,19 +41,26 @@ class OipFleet:
         return {"authorization": f"Bearer {key or self.key}"}
 
 
+DEFAULT_WORKERS = {EMBED: {}, CLASSIFY: {}}
+
+
 @asynccontextmanager
-async def live_fleet(stack: FleetSettings, logs: Path) -> AsyncIterator[OipFleet]:
+async def live_fleet(stack: FleetSettings, logs: Path, workers: dict[str, dict[str, str]] | None = None
+                     ) -> AsyncIterator[OipFleet]:
+    """A worker per model of `workers` (model -> extra env, e.g. FLEET_MODEL_DIR) and a gateway serving them."""
+    workers = DEFAULT_WORKERS if workers is None else workers
     key = await issue_key(stack.redis_url, TENANT)
     tight_key = await issue_key(stack.redis_url, TIGHT_TENANT)
     port, grpc_port = free_port(), free_port()
     started: list[Process] = []
     try:
-        for model, name in ((EMBED, "oip-embed"), (CLASSIFY, "oip-classify")):
+        for model, env in workers.items():
+            name = f"oip-{model}"
             started.append(Process(["-m", "workers.main"], {
                 "FLEET_MODEL": model, "FLEET_WORKER_ID": name, "FLEET_SESSION_TIMEOUT_MS": "6000",
-                "FLEET_MAX_QUEUE_DELAY_MS": "10"}, "ready:", logs / f"{name}.log"))
+                "FLEET_MAX_QUEUE_DELAY_MS": "10", **env}, "ready:", logs / f"{name}.log"))
         started.append(Process(["-m", "gateway.main"], {
-            "FLEET_PORT": str(port), "FLEET_GRPC_PORT": str(grpc_port), "FLEET_MODELS": f'["{EMBED}", "{CLASSIFY}"]',
+            "FLEET_PORT": str(port), "FLEET_GRPC_PORT": str(grpc_port), "FLEET_MODELS": json.dumps(list(workers)),
             "FLEET_TENANT_QUOTAS": TIGHT_QUOTA}, "GRPCInferenceService) listening", logs / "gateway.log"))
         yield OipFleet(f"http://127.0.0.1:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", key, tight_key,
                        tuple(started))
