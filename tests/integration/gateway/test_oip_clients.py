@@ -20,6 +20,7 @@ from common.settings import FleetSettings
 from tests.paths import REPO_ROOT
 from tests.integration.gateway.oip_fleet import CLASSIFY, EMBED, OipFleet, live_fleet
 
+pytestmark = pytest.mark.models
 TEXTS = ["where is my parcel?", "I forgot my password", "héllo wörld ✓"]
 INTENTS = {"I forgot my password, how do I reset it?": "reset_password",
            "where is my order, can I track it?": "track_order"}

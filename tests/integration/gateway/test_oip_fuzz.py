@@ -16,6 +16,7 @@ import pytest
 from common.settings import FleetSettings
 from tests.integration.gateway.oip_fleet import CLASSIFY, EMBED, OipFleet, live_fleet
 
+pytestmark = pytest.mark.models
 INFER = f"/v2/models/{EMBED}/infer"
 MUTATIONS = 60
 SEED = 20261203
