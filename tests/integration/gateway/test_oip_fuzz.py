@@ -142,3 +142,43 @@ async def test_random_mutations_never_5xx_and_workers_keep_serving(http: httpx.A
         assert answer.status_code in (200, 400, 404), (index, answer.status_code, answer.text)
     assert statuses.count(400) >= MUTATIONS // 2  # the mutations do reach the checks
     await still_serving(http, fleet)
+
+
+def grpc_cases() -> dict[str, object]:
+    from tritonclient.grpc import service_pb2
+
+    def request(shape: list[int], raw: list[bytes] | None = None, datatype: str = "BYTES",
+                typed: list[bytes] | None = None, model: str = EMBED) -> object:
+        message = service_pb2.ModelInferRequest(model_name=model)
+        tensor = message.inputs.add(name="text", datatype=datatype, shape=shape)
+        if typed is not None:
+            tensor.contents.bytes_contents.extend(typed)
+        message.raw_input_contents.extend(raw or [])
+        return message
+
+    return {
+        "element length past its data": request([1], [struct.pack("<I", 99) + b"short"]),
+        "count disagrees with shape": request([3], [TWO]),
+        "more buffers than inputs": request([2], [TWO, TWO]),
+        "bad UTF-8": request([1], [element(b"\xff\xfe")]),
+        "huge declared shape": request([2**40], [TWO]),
+        "negative shape": request([-2], [TWO]),
+        "unknown datatype": request([2], [TWO], datatype="STRING"),
+        "FP32 bytes not a multiple of 4": request([1], [b"\x00\x00\x80"], datatype="FP32"),
+        "typed contents disagree with shape": request([3], typed=[b"a"]),
+        "no inputs": service_pb2.ModelInferRequest(model_name=EMBED),
+    }
+
+
+def test_malformed_grpc_requests_are_invalid_argument(fleet: OipFleet) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    with grpc.insecure_channel(fleet.grpc_address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        metadata = (("authorization", f"Bearer {fleet.key}"),)
+        for case, request in grpc_cases().items():
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ModelInfer(request, metadata=metadata, timeout=30)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (case, refused.value)
+    assert fleet.all_running()
