@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from common.model_cards import ModelCards
+from common.model_cards import CardsUnavailable, ModelCards
 from common.redis_cluster import AnyRedis
 from gateway.oip.errors import Failure, OipError
 from gateway.oip.tasks import Task, card_task, task_of
@@ -36,7 +36,7 @@ class TaskBook:
             self._cards = ModelCards(self._redis(), max_entries=MAX_TASKS)
         try:
             return await self._cards.get(model, version)
-        except (RedisError, OSError) as exc:
+        except (CardsUnavailable, RedisError, OSError) as exc:
             if version is None:
                 return None  # the setting's task stands while Redis cannot say
             raise OipError(Failure.unavailable, f"redis unavailable: {type(exc).__name__}",
