@@ -37,6 +37,10 @@ from gateway.docs_page import OPENAPI_PATH, install_docs
 from gateway.fast_routes import FastRoutes, fast_route
 from gateway.limits import BodyLimit, InFlight, InFlightLimit
 from gateway.metrics import GatewayMetrics
+from gateway.oip.grpc_server import GrpcServer
+from gateway.oip.openapi import install_openapi
+from gateway.oip.rest import OipRoutes, is_oip
+from gateway.oip.service import OipService
 from gateway.model_requests import INFER_ROUTE, SUBMIT_ROUTE, ModelRequests
 from gateway.quotas import QuotaBook, TenantQuotas
 from gateway.readiness import Readiness
@@ -71,8 +75,12 @@ class GatewayApp(FastAPI):
     middlewares, error layers and telemetry checks cost as much again as the fast path itself)."""
 
     fast_routes: FastRoutes | None = None
+    oip_routes: OipRoutes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.oip_routes is not None and is_oip(scope):
+            await self.oip_routes(scope, receive, send)
+            return
         if self.fast_routes is not None and (matched := fast_route(scope)) is not None:
             await self.fast_routes.answer(scope, receive, send, *matched)
             return
@@ -91,6 +99,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
         metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
 
     directory = key_directory(settings, fleet)
+    grpc = GrpcServer(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -98,6 +107,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
             log.warning("AUTHENTICATION IS OFF (FLEET_AUTH_REQUIRED=false): anyone who reaches this gateway may "
                         "infer, submit and read every result")
         await fleet.start()
+        await grpc.start()  # nothing without FLEET_GRPC_PORT
         following = (asyncio.create_task(metrics.follow_reader(lambda: _reader_down(fleet)))
                      if metrics.multiprocess else None)
         try:
@@ -106,6 +116,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
             if following is not None:
                 following.cancel()
                 await asyncio.gather(following, return_exceptions=True)
+            await grpc.stop(settings.shutdown_grace_s / 4)
             # A producer flushing into a dead Kafka must not hold the process past its grace period.
             try:
                 async with asyncio.timeout(settings.shutdown_grace_s / 2):
@@ -143,6 +154,12 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
         app.fast_routes = FastRoutes(gatekeeper=gatekeeper, quotas=quotas, in_flight=in_flight,
                                      max_body_bytes=settings.max_body_bytes, requests=model_requests, metrics=metrics,
                                      internal_errors=internal_errors, retry_after_s=settings.retry_after_s)
+    oip = OipService(settings, fleet, metrics)
+    app.oip_routes = OipRoutes(service=oip, gatekeeper=gatekeeper, quotas=quotas, in_flight=in_flight,
+                               max_body_bytes=settings.oip_max_body_bytes, metrics=metrics,
+                               internal_errors=internal_errors)
+    grpc.serve(oip, gatekeeper, quotas, in_flight)
+    install_openapi(app)
     return app
 
 

@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from common.settings import FleetSettings
+from gateway.oip.settings import OipSettings
 
 
 class ClientSettings(FleetSettings):
@@ -27,7 +28,7 @@ class TenantQuota(BaseModel):
     max_waits: int | None = Field(None, ge=1)
 
 
-class GatewaySettings(ClientSettings):
+class GatewaySettings(ClientSettings, OipSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")

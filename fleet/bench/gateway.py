@@ -6,7 +6,9 @@ way) takes a closed loop of keep-alive HTTP callers (fleet/bench/http_load.py) p
 that a warm-up pass put in the cache, so every reply is an exact hit and the gateway's own path
 (auth, validation, JSON, the produce, the reply waiter) is what is measured. Each process count
 runs twice: with the model routes on the gateway's fast path (its default), and through FastAPI
-(FLEET_FAST_ROUTES=false), the same answers by the framework's request path. Per row: req/s,
+(FLEET_FAST_ROUTES=false), the same answers by the framework's request path. Beside /v1, the same
+texts through the Open Inference Protocol (POST /v2/models/{model}/infer, one BYTES element a
+call): its JSON form and Triton's binary tensor extension (fleet/bench/oip_requests.py). Per row: req/s,
 latency, and CPU ms per request of the gateway's processes, the worker and the load generator
 (/proc counters over the window). The bench itself runs on uvloop, as the gateway does.
 """
@@ -32,7 +34,8 @@ from common.clients import redis_client
 from common.settings import FleetSettings
 from common.topics import ensure_topics
 from fleet.bench.fleet_process import WorkerProcess, bench_alias, process_cpu_s
-from fleet.bench.http_load import HttpSamples, closed_loop_http, post_bytes
+from fleet.bench.http_load import HttpSamples, closed_loop_http
+from fleet.bench.oip_requests import ROUTES, route_requests
 from fleet.bench.stats import percentile
 from fleet.bench.workload import support_queries
 from fleet.tables import format_table
@@ -53,6 +56,7 @@ HOST = "127.0.0.1"
 class Row:
     processes: int
     path: str
+    route: str
     callers: int
     samples: HttpSamples
     gateway_cpu_s: float
@@ -62,13 +66,14 @@ class Row:
     def cells(self) -> list[str]:
         done = max(self.samples.completed, 1)
         failed = sum(count for status, count in self.samples.statuses.items() if status != 200)
-        return [str(self.processes), self.path, str(self.callers), f"{self.samples.completed / self.samples.window_s:,.0f}",
+        codes = " ".join(f"{status}x{count}" for status, count in sorted(self.samples.statuses.items()) if status != 200)
+        return [str(self.processes), self.path, self.route, str(self.callers), f"{self.samples.completed / self.samples.window_s:,.0f}",
                 f"{percentile(self.samples.latencies_ms, 50):.1f}", f"{percentile(self.samples.latencies_ms, 99):.1f}",
                 f"{self.gateway_cpu_s * 1000 / done:.3f}", f"{self.worker_cpu_s * 1000 / done:.3f}",
-                f"{self.load_cpu_s * 1000 / done:.3f}", str(failed)]
+                f"{self.load_cpu_s * 1000 / done:.3f}", f"{failed} ({codes})" if failed else "0"]
 
 
-HEADERS = ("gateway processes", "model routes", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
+HEADERS = ("gateway processes", "model routes", "route", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
            "load CPU ms/req", "non-200")
 
 
@@ -120,7 +125,7 @@ class Gateway:
 
 
 async def measure(gateway: Gateway, worker: WorkerProcess, port: int, requests: Sequence[bytes], processes: int,
-                  path: str, callers: int, seconds: float) -> Row:
+                  path: str, route: str, callers: int, seconds: float) -> Row:
     edges: list[tuple[float, float, float]] = []
 
     def mark() -> None:
@@ -129,7 +134,7 @@ async def measure(gateway: Gateway, worker: WorkerProcess, port: int, requests: 
     samples = await closed_loop_http(HOST, port, requests, callers=callers, warmup_s=1.0, duration_s=seconds,
                                      at_window_edges=mark)
     (g0, w0, l0), (g1, w1, l1) = edges
-    return Row(processes, path, callers, samples, g1 - g0, w1 - w0, l1 - l0)
+    return Row(processes, path, route, callers, samples, g1 - g0, w1 - w0, l1 - l0)
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -144,7 +149,7 @@ async def main_async(args: argparse.Namespace) -> int:
     issued = await create_key(redis, TENANT, now_ms=now_ms())
     headers = {"Authorization": f"Bearer {issued.key}"}
     texts = support_queries(TEXTS)
-    requests = [post_bytes(HOST, f"/v1/models/{BENCH_MODEL}/infer", {"text": text}, headers) for text in texts]
+    requests = {route: route_requests(route, HOST, BENCH_MODEL, texts, headers) for route in args.routes}
     worker_env = {"FLEET_MODEL": BENCH_MODEL, "FLEET_MODEL_DIR": str(alias_registry.root), "FLEET_BACKEND": "sim",
                   "FLEET_SIM_PRESET": "h200-minilm", "FLEET_EXACT_CACHE": "true", "FLEET_MAX_BATCH_SIZE": "256",
                   "FLEET_WORKER_ID": "bench-gateway-worker", "FLEET_SESSION_TIMEOUT_MS": "6000",
@@ -160,9 +165,10 @@ async def main_async(args: argparse.Namespace) -> int:
                     try:
                         await asyncio.to_thread(gateway.wait_ready)
                         # Fill the cache (and warm the gateway) before anything is measured.
-                        await closed_loop_http(HOST, port, requests, callers=8, warmup_s=0, duration_s=1.0)
-                        for callers in args.callers:
-                            row = await measure(gateway, worker, port, requests, processes, path, callers, args.seconds)
+                        await closed_loop_http(HOST, port, requests[args.routes[0]], callers=8, warmup_s=0, duration_s=1.0)
+                        for route, callers in measured_runs(args, path):
+                            row = await measure(gateway, worker, port, requests[route], processes, path, route,
+                                                callers, args.seconds)
                             print(format_table(HEADERS, [row.cells()]), flush=True)
                             rows.append(row)
                     finally:
@@ -175,12 +181,21 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0 if all(not math.isnan(percentile(row.samples.latencies_ms, 50)) for row in rows) else 1
 
 
+def measured_runs(args: argparse.Namespace, path: str) -> list[tuple[str, int]]:
+    """(route, callers) of one gateway: /v2 is served beside FastAPI whatever FLEET_FAST_ROUTES says,
+    so its rows are measured once, with the fast path."""
+    routes = [route for route in args.routes if route == "/v1" or path == "fast path"]
+    return [(route, callers) for callers in args.callers for route in routes]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench gateway", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="gateway process counts to run")
     parser.add_argument("--callers", type=int, nargs="+", default=[64, 128, 256], help="closed-loop callers")
     parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=list(PATHS),
                         help="how the model routes are served: the gateway's fast path, FastAPI, or both")
+    parser.add_argument("--routes", nargs="+", choices=ROUTES, default=list(ROUTES),
+                        help="/v1, and the Open Inference Protocol's infer in JSON and in binary")
     parser.add_argument("--seconds", type=float, default=8.0, help="measured window of each row")
     return run_loop(main_async(parser.parse_args(argv)))
 

@@ -34,9 +34,13 @@ class HttpSamples:
 
 
 def post_bytes(host: str, path: str, body: dict[str, object], headers: dict[str, str]) -> bytes:
-    payload = json.dumps(body).encode()
-    lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json",
-             f"Content-Length: {len(payload)}", *(f"{name}: {value}" for name, value in headers.items())]
+    return post_raw(host, path, json.dumps(body).encode(), {"Content-Type": "application/json", **headers})
+
+
+def post_raw(host: str, path: str, payload: bytes, headers: dict[str, str]) -> bytes:
+    """A POST of `payload` as is, with these headers (no Content-Type unless given, as tritonclient sends)."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(payload)}",
+             *(f"{name}: {value}" for name, value in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
 
 
