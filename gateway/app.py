@@ -19,8 +19,8 @@ outage is 503 with Retry-After; too many requests in flight, in the process or o
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request, Security
@@ -92,18 +92,13 @@ def gateway_client(settings: GatewaySettings) -> FleetClient:
     return FleetClient(settings.model_copy(update={"max_waits": min(settings.max_waits, settings.max_in_flight)}))
 
 
-def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> GatewayApp:
-    fleet = client if client is not None else gateway_client(settings)
-    metrics = GatewayMetrics()
-    if not metrics.multiprocess:
-        metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
-
-    directory = key_directory(settings, fleet)
-    grpc = GrpcServer(settings)
+def _lifespan(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics, grpc: GrpcServer, *,
+              auth_on: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the client and the gRPC server with the app; stop them, bounded, with it."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if directory is None:
+        if not auth_on:
             log.warning("AUTHENTICATION IS OFF (FLEET_AUTH_REQUIRED=false): anyone who reaches this gateway may "
                         "infer, submit and read every result")
         await fleet.start()
@@ -123,6 +118,20 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
                     await fleet.stop()
             except TimeoutError:
                 pass
+
+    return lifespan
+
+
+def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> GatewayApp:
+    fleet = client if client is not None else gateway_client(settings)
+    metrics = GatewayMetrics()
+    if not metrics.multiprocess:
+        metrics.reader_up.set_function(lambda: 0.0 if _reader_down(fleet) else 1.0)
+
+    directory = key_directory(settings, fleet)
+    grpc = GrpcServer(settings)
+
+    lifespan = _lifespan(settings, fleet, metrics, grpc, auth_on=directory is not None)
 
     # The checks and their state, shared by the FastAPI middlewares and the fast path.
     gatekeeper = Gatekeeper(directory, metrics_tenants=frozenset(settings.metrics_tenants),
