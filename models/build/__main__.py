@@ -31,7 +31,10 @@ from models.build.faq import (
 from models.build.faq_data import load_faq_dataset
 from models.build.head import HeadHyperparameters
 from models.build.progress import Progress
-from models.build.source import locate_packaged_model
+from models.build.source import PackagedModel, locate_packaged_model
+from models.build.verifier import VERIFIER_MODEL_NAME, build_verifier_fp32, build_verifier_int8, registered_verifier
+from models.build.verifier_calibration import max_false_hits_from_env
+from models.build.verifier_data import load_verifier_dataset
 from models.build.version import BuiltVersion, describe_check
 from models.registry import (
     ModelManifest,
@@ -124,6 +127,26 @@ def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool,
     return [fp32, int8]
 
 
+def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: ModelManifest, *, force: bool,
+                    progress: Progress) -> list[BuiltVersion]:
+    """The cache-verifier FP32 (fine-tuned from the packaged MiniLM) and INT8 versions, built or kept."""
+    from models.build.verifier_model import VerifierHyperparameters
+
+    dataset = load_verifier_dataset()
+    max_false_hits = max_false_hits_from_env()
+    hyper = {**VerifierHyperparameters().as_manifest(), "max_false_hits": max_false_hits}
+    progress.step(f"{VERIFIER_MODEL_NAME}: data {dataset.version}, {len(dataset.train)} training / "
+                  f"{len(dataset.heldout)} held-out pairs, target false hits {max_false_hits:.2%}")
+    existing = None if force else registered_verifier(registry, "fp32", parent=encoder.id,
+                                                      training_data=dataset.version, hyperparameters=hyper)
+    fp32 = _keep(registry, existing, progress) if existing is not None else \
+        build_verifier_fp32(registry, packaged, encoder, dataset, max_false_hits, progress)
+    existing = None if force else registered_verifier(registry, "int8", parent=fp32.manifest.id)
+    int8 = _keep(registry, existing, progress) if existing is not None else \
+        build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress)
+    return [fp32, int8]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     registry_root: Path = args.registry if args.registry is not None else FleetSettings().registry_dir
@@ -154,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             int8 = build_int8(registry, fp32.manifest, progress)
         faq = _build_faq(registry, fp32.manifest, force=args.force, progress=progress)
+        faq += _build_verifier(registry, packaged, fp32.manifest, force=args.force, progress=progress)
     except RegistryError as error:
         # Includes a failed accuracy check (CheckNotPassed) with its figures.
         progress.step(f"FAILED: {error}")
