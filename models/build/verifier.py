@@ -56,9 +56,10 @@ def graph_scores(onnx_path: Path, tokenizer_file: Path, pairs: Sequence[PairExam
 def heldout_check(scores: npt.NDArray[np.float32], heldout: Sequence[PairExample], max_false_hits: float,
                   progress: Progress, figures: dict[str, float] | None = None) -> AccuracyCheck:
     should = np.array([p.should_hit for p in heldout])
-    point = calibrate(scores[~should], scores[should], max_false_hits)
+    point = calibrate(scores[~should], scores[should], max_false_hits,
+                      trap_kinds=[p.kind for p in heldout if not p.should_hit])
     progress.step(f"operating point: threshold {point.threshold:.4f}, held-out traps served {point.false_hits:.2%} "
-                  f"of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
+                  f"(mean over kinds) of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
     check = gate(point, max_false_hits)
     per_kind = _per_kind(scores, heldout, point)
     return check.model_copy(update={"figures": {**check.figures, **per_kind, **(figures or {})}})
@@ -78,7 +79,7 @@ def build_verifier_fp32(registry: ModelRegistry, packaged: PackagedModel, encode
     tokenizer = pair_tokenizer(packaged.tokenizer_file)
     model = verifier_model.load_classifier(packaged.model_dir, hyper.seed)
     progress.step(f"{VERIFIER_MODEL_NAME}: fine-tuning MiniLM as a cross-encoder on {len(dataset.train)} pairs of "
-                  f"{dataset.version} ({hyper.epochs} epoch, frozen word embeddings)")
+                  f"{dataset.version} ({hyper.epochs} epochs, frozen word embeddings)")
     loss = verifier_model.train(model, tokenizer, [(p.a, p.b) for p in dataset.train],
                                 [int(p.should_hit) for p in dataset.train], hyper)
     progress.step(f"trained: last epoch's mean loss {loss:.4f}")

@@ -8,6 +8,7 @@ The rates are per pair: the share of held-out traps whose score reaches the thre
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,30 +35,42 @@ def max_false_hits_from_env() -> float:
 @dataclass(frozen=True)
 class OperatingPoint:
     threshold: float
-    false_hits: float  # share of held-out traps served
+    false_hits: float  # share of held-out traps served (the mean over kinds, where kinds were given)
     should_hit: float  # share of held-out should-hit pairs served
     traps: int
     should_hits: int
 
 
-def calibrate(trap_scores: Scores, hit_scores: Scores, max_false_hits: float) -> OperatingPoint:
-    """The lowest threshold serving at most `max_false_hits` of the traps: just above the
-    k-th highest trap score, k = floor(max_false_hits x traps). Ties stay below it."""
+def calibrate(trap_scores: Scores, hit_scores: Scores, max_false_hits: float,
+              trap_kinds: Sequence[str] | None = None) -> OperatingPoint:
+    """The lowest threshold serving at most `max_false_hits` of the traps. With `trap_kinds`, the
+    rate is the mean of the per-kind rates: every kind weighs the same, so a set rich in easy
+    traps (negations the guards catch anyway) cannot buy a low threshold for the hard ones."""
     if len(trap_scores) == 0 or len(hit_scores) == 0:
         raise ValueError("calibration needs held-out traps and should-hit pairs")
+    traps = np.asarray(trap_scores, dtype=np.float32)
     # Scores are float32 (the graph's output): the next float32 above a trap's score is the
     # smallest threshold that trap misses, whatever precision it is later compared in.
-    ordered = np.sort(np.asarray(trap_scores, dtype=np.float32))[::-1]
-    allowed = int(np.floor(max_false_hits * len(ordered) + 1e-9))
-    threshold = float(np.nextafter(ordered[allowed], np.float32(np.inf))) if allowed < len(ordered) else 0.0
-    return measure(trap_scores, hit_scores, threshold)
+    options = np.concatenate([[np.float32(0.0)], np.nextafter(np.unique(traps), np.float32(np.inf))])
+    for threshold in options:  # ascending: the first within the target is the lowest
+        if trap_rate(traps, float(threshold), trap_kinds) <= max_false_hits + 1e-12:
+            return measure(traps, hit_scores, float(threshold), trap_kinds)
+    raise AssertionError("unreachable: above the highest trap score no trap is served")
 
 
-def measure(trap_scores: Scores, hit_scores: Scores, threshold: float) -> OperatingPoint:
-    traps = np.asarray(trap_scores, dtype=np.float32)
+def trap_rate(trap_scores: Scores, threshold: float, trap_kinds: Sequence[str] | None = None) -> float:
+    served = np.asarray(trap_scores, dtype=np.float32) >= threshold
+    if trap_kinds is None:
+        return float(np.mean(served))
+    kinds = np.asarray(trap_kinds)
+    return float(np.mean([np.mean(served[kinds == kind]) for kind in np.unique(kinds)]))
+
+
+def measure(trap_scores: Scores, hit_scores: Scores, threshold: float,
+            trap_kinds: Sequence[str] | None = None) -> OperatingPoint:
     hits = np.asarray(hit_scores, dtype=np.float32)
-    return OperatingPoint(threshold, float(np.mean(traps >= threshold)), float(np.mean(hits >= threshold)),
-                          len(traps), len(hits))
+    return OperatingPoint(threshold, trap_rate(trap_scores, threshold, trap_kinds), float(np.mean(hits >= threshold)),
+                          len(trap_scores), len(hits))
 
 
 def gate(point: OperatingPoint, max_false_hits: float, name: str = "verifier-heldout") -> AccuracyCheck:

@@ -40,6 +40,26 @@ ANTONYMS: tuple[tuple[str, str], ...] = (
     ("inhale", "exhale"), ("expand", "collapse"), ("show", "hide"), ("attach", "detach"), ("follow", "unfollow"),
     ("mute", "unmute"), ("pause", "resume"), ("rent", "own"), ("renew", "cancel"),
     ("before", "after"), ("positive", "negative"), ("rise", "fall"), ("fixed", "variable"), ("manual", "automatic"),
+    ("cheaper", "dearer"), ("bigger", "smaller"), ("larger", "smaller"), ("longer", "shorter"), ("earlier", "later"),
+    ("higher", "lower"), ("more", "fewer"), ("stronger", "weaker"), ("heavier", "lighter"), ("older", "younger"),
+    ("easier", "harder"), ("quickest", "longest"), ("nearest", "farthest"), ("busiest", "quietest"),
+    ("increase", "reduce"), ("grow", "shrink"), ("strict", "lenient"), ("rich", "poor"), ("thick", "thin"),
+)
+
+# Negation inside a word (un-, in-, dis-, non-) or spelt out next to it: the guards' word lists
+# see no "not" here.
+MORPH_NEGATIONS: tuple[tuple[str, str], ...] = (
+    ("possible", "impossible"), ("allowed", "disallowed"), ("suitable", "unsuitable"), ("okay", "not okay"),
+    ("required", "not required"), ("included", "not included"), ("accepted", "not accepted"),
+    ("permitted", "not permitted"), ("paid", "unpaid"), ("limited", "unlimited"), ("able", "unable"),
+    ("friendly", "unfriendly"), ("heated", "unheated"), ("cooked", "uncooked"), ("locked", "unlocked"),
+    ("vegetarian", "non-vegetarian"), ("alcoholic", "non-alcoholic"), ("necessary", "unnecessary"),
+    ("correct", "incorrect"), ("complete", "incomplete"), ("regular", "irregular"), ("responsible", "irresponsible"),
+    ("honest", "dishonest"), ("connected", "disconnected"), ("continue", "discontinue"), ("qualify", "disqualify"),
+    ("known", "unknown"), ("usual", "unusual"), ("fair", "unfair"), ("employed", "unemployed"),
+    ("official", "unofficial"), ("secure", "insecure"), ("accessible", "inaccessible"), ("likely", "unlikely"),
+    ("fit", "unfit"), ("free", "not free"), ("open", "not open"), ("working", "not working"),
+    ("effective", "ineffective"), ("comfortable", "uncomfortable"), ("sure", "unsure"), ("common", "uncommon"),
 )
 
 # Words that may replace each other without changing the answer.

@@ -32,7 +32,7 @@ OUTPUT_NAME = "probabilities"
 
 @dataclass(frozen=True)
 class VerifierHyperparameters:
-    epochs: int = 1
+    epochs: int = 2
     batch_size: int = 32
     lr: float = 2e-4
     head_lr: float = 2e-3

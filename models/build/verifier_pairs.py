@@ -10,6 +10,7 @@ calibrated on the second is therefore measured on templates and words the model 
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Callable, Iterator
@@ -43,13 +44,15 @@ class Vocabulary:
     entities: dict[str, tuple[str, ...]]
     units: tuple[tuple[str, ...], ...]
     scope_swaps: tuple[tuple[str, str], ...]
+    morph_negations: tuple[tuple[str, str], ...]
 
     @classmethod
     def of(cls, split: str) -> Vocabulary:
         # Entities and units keep every entry: a swap needs two of a class, and a name seen in
         # training teaches nothing about the next name beyond "a name changed".
         return cls(lex.in_split(tuple(dict.fromkeys(lex.ANTONYMS)), split), lex.in_split(lex.SYNONYMS, split),
-                   dict(lex.ENTITY_CLASSES), lex.UNITS, lex.in_split(lex.SCOPE_SWAPS, split))
+                   dict(lex.ENTITY_CLASSES), lex.UNITS, lex.in_split(lex.SCOPE_SWAPS, split),
+                   lex.in_split(lex.MORPH_NEGATIONS, split))
 
 
 _AUX_NEGATIONS = {
@@ -60,9 +63,15 @@ _AUX_NEGATIONS = {
 _WORD = re.compile(r"[A-Za-z][A-Za-z'/-]*")
 
 
+@functools.lru_cache(maxsize=None)
+def _word_pattern(word: str) -> re.Pattern[str]:
+    # Compiled once per word: the lists hold more words than re's own cache keeps.
+    return re.compile(rf"(?<![A-Za-z]){re.escape(word)}(?![A-Za-z])", flags=re.IGNORECASE)
+
+
 def _sub_word(text: str, old: str, new: str) -> str | None:
     """`text` with the first whole-word, case-insensitive `old` replaced by `new` (its capital kept); None if absent."""
-    match = re.search(rf"(?<![A-Za-z]){re.escape(old)}(?![A-Za-z])", text, flags=re.IGNORECASE)
+    match = _word_pattern(old).search(text)
     if match is None:
         return None
     found = match.group(0)
@@ -70,8 +79,13 @@ def _sub_word(text: str, old: str, new: str) -> str | None:
     return text[:match.start()] + replacement + text[match.end():]
 
 
-def negate(text: str, rng: random.Random) -> str | None:
-    """Add a negation at the first auxiliary, or remove the one the text has."""
+def negate(text: str, rng: random.Random, vocab: Vocabulary | None = None) -> str | None:
+    """Half of the time a negation inside a word where the text has one of the list (unable, not
+    included...); else add a spelt-out negation at the first auxiliary, or remove the one the text has."""
+    if vocab is not None and rng.random() < 0.5:
+        inside = _swap_from(text, vocab.morph_negations, rng)
+        if inside is not None:
+            return inside
     for negative in ("n't", " not", " never"):
         if negative in text:
             plain = text.replace("can't", "can").replace("won't", "will").replace("n't", "").replace(" not", "")
@@ -88,8 +102,9 @@ def negate(text: str, rng: random.Random) -> str | None:
 
 def _swap_from(text: str, groups: tuple[tuple[str, ...], ...], rng: random.Random) -> str | None:
     """Replace a word of one group found in `text` by another of the same group."""
+    lowered = text.lower()
     options = [(word, group) for group in groups for word in group
-               if re.search(rf"(?<![A-Za-z]){re.escape(word)}(?![A-Za-z])", text, flags=re.IGNORECASE)]
+               if word.lower() in lowered and _word_pattern(word).search(text)]
     if not options:
         return None
     word, group = rng.choice(options)
@@ -157,7 +172,7 @@ def near_repeat(text: str, rng: random.Random) -> str:
 
 Trap = Callable[[str, random.Random, Vocabulary], "str | None"]
 TRAPS: dict[str, Trap] = {
-    "negation": lambda t, r, v: negate(t, r),
+    "negation": negate,
     "antonym": lambda t, r, v: _swap_from(t, v.antonyms, r),
     "entity": change_entity,
     "number": lambda t, r, v: change_number(t, r),

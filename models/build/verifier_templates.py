@@ -119,6 +119,18 @@ TEMPLATES: tuple[tuple[str, ...], ...] = (
      "Can I stop the subscription while still in the trial?"),
     ("Will I be charged if I cancel within {n} days?", "Is there a charge for cancelling within {n} days?",
      "Do I pay anything if I cancel in the first {n} days?"),
+    ("What is the cheapest way to get from {city} to {city2}?", "How can I travel from {city} to {city2} for the "
+     "least money?", "Which is the most affordable route from {city} to {city2}?"),
+    ("Is it cheaper to fly on {day}?", "Are flights less expensive on {day}?", "Do tickets cost less on {day}?"),
+    ("Why is my phone bill higher than last month?", "How come my phone bill went up since last month?",
+     "Why am I paying more for my phone than last month?"),
+    ("Is the {language} menu vegetarian?", "Are the dishes on the {language} menu vegetarian?",
+     "Can a vegetarian eat from the {language} menu?"),
+    ("Is parking included in the rent?", "Does the rent include parking?", "Do I get parking with the rent?"),
+    ("Is it possible to change my flight to {city}?", "Can I change my flight to {city}?",
+     "Am I able to rebook my flight to {city}?"),
+    ("Which is the busiest day at the {city} office?", "On what day is the {city} office most crowded?",
+     "When does the {city} office get the most visitors?"),
     ("How do I turn on dark mode?", "How can I switch to dark mode?", "Where is the setting to enable dark mode?"),
 )
 

@@ -50,3 +50,15 @@ def test_the_target_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("FLEET_SEMANTIC_MAX_FALSE_HITS", "2")
     with pytest.raises(SystemExit):
         max_false_hits_from_env()
+
+
+def test_with_kinds_every_kind_weighs_the_same() -> None:
+    # 100 easy traps of one kind, 10 hard ones of another: pooled, two hard traps served are 1.8%;
+    # per kind they are 20% of theirs.
+    traps = np.array([0.1] * 100 + [0.9, 0.8] + [0.2] * 8, dtype=np.float32)
+    kinds = ["negation"] * 100 + ["antonym"] * 10
+    hits = np.array([0.85, 0.95], dtype=np.float32)
+    pooled = calibrate(traps, hits, 0.02)
+    per_kind = calibrate(traps, hits, 0.02, trap_kinds=kinds)
+    assert pooled.threshold <= 0.8 and pooled.should_hit == 1.0
+    assert per_kind.threshold > 0.9 and per_kind.false_hits == 0.0 and per_kind.should_hit == 0.5
