@@ -27,12 +27,13 @@ from fleet.tables import format_table
 from workers.cache.guards import meaning_conflict
 from workers.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
 from workers.cache.verifier import CacheVerifier
+from workers.settings import WorkerSettings
 
 PAIRS_PATH = Path(__file__).resolve().parents[2] / "workers" / "cache" / "data" / "semantic_pairs.json"
-THRESHOLDS = (0.75, 0.80, 0.85, 0.90, 0.95)
+THRESHOLDS = (0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
 MIN_SHOULD_HIT = 0.40
 MAX_TRAPS = 0.01
-SHIPPED_RECALL_THRESHOLD = 0.80  # WorkerSettings.semantic_recall_threshold
+SHIPPED_RECALL_THRESHOLD: float = WorkerSettings.model_fields["semantic_recall_threshold"].default
 
 Vectors = dict[str, npt.NDArray[np.float32]]
 
@@ -100,7 +101,6 @@ def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool
 
 def embed_all(texts: list[str]) -> tuple[str, Vectors]:
     from models.loading import ModelLoader
-    from workers.settings import WorkerSettings
 
     backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False).runtime()).load()
     unique = list(dict.fromkeys(texts))
@@ -110,7 +110,6 @@ def embed_all(texts: list[str]) -> tuple[str, Vectors]:
 
 def open_verifier() -> CacheVerifier | None:
     from models.registry import ModelRegistry
-    from workers.settings import WorkerSettings
 
     return CacheVerifier.newest(ModelRegistry(WorkerSettings(model="minilm-embed").registry_dir))
 

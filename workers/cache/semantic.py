@@ -9,10 +9,12 @@ a flat scan per lookup costs too much) cannot remove vectors: dropping a segment
 graph at once, and a replaced entry is only a tombstone until its segment goes. Below that
 size each segment is an exact IndexFlatIP.
 
-Correctness is measured, not assumed: `verify` marks a sampled share of hits that the
-caller also computes with the model; `record_verification` feeds the comparison into a
-sliding window, and a verified false-hit rate above the budget raises the threshold one
-step, then switches the cache off past `max_threshold`. Both are logged as WARNINGs.
+`lookup` serves the best neighbour the guard passes; `candidates` + `settle` leave the choice
+among them to a verifier (workers/cache/verified.py). Correctness is measured, not assumed:
+`verify` marks a sampled share of hits that the caller also computes; `record_verification`
+feeds the comparison into a sliding window; a verified false-hit rate above the budget raises
+the threshold one step (off past `max_threshold`), a full window within half of it lowers it
+one step (not below `min_threshold`). Each change is logged as a WARNING.
 
 Thread-safety: one lock around every method, since worker threads look up and add while
 the log follower adds from the event loop thread.

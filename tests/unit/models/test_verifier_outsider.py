@@ -33,7 +33,7 @@ def test_the_manifest_records_a_calibrated_operating_point(verifier: CacheVerifi
 
 
 @pytest.mark.models
-def test_on_the_outsider_set_the_verifier_cuts_the_traps_served(verifier: CacheVerifier) -> None:
+def test_on_the_outsider_set_the_shipped_operating_point_meets_the_targets(verifier: CacheVerifier) -> None:
     from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, embed_all, evaluate, load_pairs
 
     pairs = load_pairs(Path(OUTSIDER))
@@ -46,6 +46,7 @@ def test_on_the_outsider_set_the_verifier_cuts_the_traps_served(verifier: CacheV
     assert verified.should_hit >= OUTSIDER_MIN_SHOULD_HIT, verified
 
 
-# Measured on the built verifier (see docs/concepts/semantic-cache.md); a rebuild that does worse fails here.
-OUTSIDER_MAX_TRAPS = 0.05
+# Issue 26's targets on pairs the project never trained on. Measured on cache-verifier INT8 (build of
+# 2026-12-03): 0 of 115 traps, 45.7% of 70 should-hit pairs (docs/concepts/semantic-cache.md).
+OUTSIDER_MAX_TRAPS = 0.01
 OUTSIDER_MIN_SHOULD_HIT = 0.40
