@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaProducer
 from common.redis_cluster import AnyRedis
 from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
-from fleet.bench.cache_verifier import describe_verifier, verifier_cost
+from fleet.bench.cache_verifier import describe_standalone, describe_verifier, verifier_cost, verifier_ms_per_candidate
 from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
                                         query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
@@ -347,6 +347,8 @@ async def run(args: argparse.Namespace) -> int:
     print(f"speedup vs off: exact+semantic {speedup:.2f}x, exact only "
           f"{exact_only['requests_per_s'] / off['requests_per_s']:.2f}x")
     print(describe_verifier(on["verifier"]))
+    standalone = verifier_ms_per_candidate(base.registry_dir, base_texts())
+    print(describe_standalone(standalone))
     print(f"\nexact hits: max_batch_size {exact['max_batch_size']}, {exact['requests']:,} repeats of "
           f"{exact['distinct_inputs']} inputs; req/s over the wall time of run(burst=True)")
     print("\n" + format_verdicts(checks))
@@ -358,6 +360,7 @@ async def run(args: argparse.Namespace) -> int:
                 "workload": {"requests": len(workload.texts), "query_set": workload.query_set_size,
                              "exponent": workload.exponent, "repeat_share": workload.repeat_share},
                 "exact": exact, "cache_scenario": [{k: v for k, v in r.items() if k != "shares"} for r in runs],
+                "verifier_alone": standalone,
                 "speedup": speedup, "speedup_exact_only": exact_only["requests_per_s"] / off["requests_per_s"],
                 "targets": [asdict(check) for check in checks]}
     path.write_text(json.dumps(document, indent=2, default=lambda v: None) + "\n")
