@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.names import semantic_cache_topic
 from schemas.wire import CacheTier, now_ms
 from models.backends.base import Backend
-from models.registry import ModelRegistry
+from models.registry import ModelRegistry, RegistryError
 from workers.cache.exact import unpack_outputs
 from workers.cache.metrics import CacheMetrics
 from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
@@ -47,6 +47,7 @@ class SemanticTier:
         self._load_encoder = load_encoder
         self._encoder: Backend | None = None
         self.verifier: CacheVerifier | None = None
+        self._verifier_broken = False
         self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
         self._generation = 0
         self._evictions_seen = 0
@@ -60,6 +61,8 @@ class SemanticTier:
         if self._encoder is None:
             self.verifier = await asyncio.to_thread(self._open_verifier)
             self._encoder = await asyncio.to_thread(self._load_encoder)
+        if self._verifier_broken:
+            return
         caches = [await self._cache_of(group.who.version) for group in groups]
         await asyncio.to_thread(self._lookup_groups, prepared, groups, caches)
 
@@ -95,7 +98,14 @@ class SemanticTier:
     def _open_verifier(self) -> CacheVerifier | None:
         if not self._settings.semantic_verifier:
             return None
-        verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir))
+        try:
+            verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir))
+        except (RegistryError, ValueError, OSError) as error:
+            # Registered but unusable (damaged artifacts, no calibration): serving without the judge
+            # it was meant to have would serve traps, so the semantic tier stays off instead.
+            log.error("semantic cache OFF: the cache-verifier could not be loaded (%s)", error)
+            self._verifier_broken = True
+            return None
         if verifier is None:
             log.warning("no cache-verifier is registered (scripts/build-models builds one): semantic hits are "
                         "decided by the cosine threshold %.2f and the guards alone", self._settings.semantic_threshold)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.built_models import built_registry
@@ -50,3 +51,24 @@ def test_on_the_outsider_set_the_shipped_operating_point_meets_the_targets(verif
 # 2026-12-03): 0 of 115 traps, 45.7% of 70 should-hit pairs (docs/concepts/semantic-cache.md).
 OUTSIDER_MAX_TRAPS = 0.01
 OUTSIDER_MIN_SHOULD_HIT = 0.40
+
+
+@pytest.mark.models
+def test_a_model_that_is_not_a_calibrated_verifier_is_refused(verifier: CacheVerifier) -> None:
+    registry = built_registry()
+    classifier = registry.resolve("faq-intent", precision="int8")
+    with pytest.raises(ValueError, match="not a calibrated cache verifier"):
+        CacheVerifier(classifier, registry)
+
+
+@pytest.mark.models
+def test_scores_are_batched_and_nearly_free_of_batch_mates(verifier: CacheVerifier) -> None:
+    pairs = [("Is the pool open on Sunday?", "Is the pool closed on Sunday?"),
+             ("How do I reset my password?", "How can I reset my password?")] * 40
+    together = verifier.score(pairs).scores
+    alone = np.concatenate([verifier.score([pair]).scores for pair in pairs[:2]])
+    assert together.shape == (80,)
+    # INT8 dynamic quantisation picks one activation scale per batch: batch-mates move a score by
+    # under 0.01 (measured 0.006), as they did when the build calibrated it in batches of 64.
+    np.testing.assert_allclose(together[:2], alone, atol=0.02)
+    assert together[0] < verifier.threshold <= together[1]
