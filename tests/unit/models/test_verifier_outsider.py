@@ -14,6 +14,7 @@ from tests.paths import REPO_ROOT
 from workers.cache.verifier import CacheVerifier
 
 OUTSIDER = REPO_ROOT / "tests" / "data" / "outsider_pairs.json"
+SECOND = REPO_ROOT / "tests" / "data" / "outsider_pairs_2.json"
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +73,18 @@ def test_scores_are_batched_and_nearly_free_of_batch_mates(verifier: CacheVerifi
     # under 0.01 (measured 0.006), as they did when the build calibrated it in batches of 64.
     np.testing.assert_allclose(together[:2], alone, atol=0.02)
     assert together[0] < verifier.threshold <= together[1]
+
+
+@pytest.mark.models
+def test_on_the_second_outsider_set_at_most_one_trap_is_served(verifier: CacheVerifier) -> None:
+    """40 traps: one served is 2.5%, over the 1% target on this set alone (fridge -> freezer, measured);
+    across both outsider sets 1 of 155. A rebuild that serves more fails here."""
+    from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, embed_all, evaluate, load_pairs
+
+    pairs = load_pairs(Path(SECOND))
+    _, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
+    verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores
+    verified = evaluate(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, verifier.threshold)
+    traps = sum(not pair.should_hit for pair in pairs)
+    assert round(verified.traps * traps) <= 1, verified
+    assert verified.should_hit >= OUTSIDER_MIN_SHOULD_HIT, verified
