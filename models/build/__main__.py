@@ -9,7 +9,9 @@ built with them, and a new INT8 version from it, since INT8 is matched by its FP
 Old versions stay registered and servable by ONNX Runtime (versions are immutable).
 
 faq-intent is kept when an FP32 version exists for this MiniLM FP32 version, data version
-(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one.
+(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one. The
+cache-verifier (models/build/verifier.py) likewise, by its pairs' data version, its training
+settings and FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from models.build.verifier_calibration import max_false_hits_from_env
 from models.build.verifier_data import load_verifier_dataset
 from models.build.version import BuiltVersion, describe_check
 from models.registry import (
+    CheckNotPassed,
     ModelManifest,
     ModelRegistry,
     ModelSource,
@@ -48,7 +51,8 @@ from models.registry import (
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="fleet build-models",
-        description=f"Build, check and register the {MODEL_NAME} and {FAQ_MODEL_NAME} FP32 and INT8 ONNX versions.",
+        description=f"Build, check and register the {MODEL_NAME}, {FAQ_MODEL_NAME} and {VERIFIER_MODEL_NAME} FP32 and "
+                    "INT8 ONNX versions.",
     )
     parser.add_argument(
         "--registry",
@@ -142,8 +146,13 @@ def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: M
     fp32 = _keep(registry, existing, progress) if existing is not None else \
         build_verifier_fp32(registry, packaged, encoder, dataset, max_false_hits, progress)
     existing = None if force else registered_verifier(registry, "int8", parent=fp32.manifest.id)
-    int8 = _keep(registry, existing, progress) if existing is not None else \
-        build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress)
+    try:
+        int8 = _keep(registry, existing, progress) if existing is not None else \
+            build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress)
+    except CheckNotPassed as missed:
+        # INT8 only where it keeps the gate: the worker falls back to the FP32 verifier.
+        progress.step(f"{VERIFIER_MODEL_NAME} INT8 not registered ({missed}); workers use {fp32.manifest.id}")
+        return [fp32]
     return [fp32, int8]
 
 
