@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaProducer
 from common.redis_cluster import AnyRedis
 from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
+from fleet.bench.cache_verifier import describe_standalone, describe_verifier, verifier_cost, verifier_ms_per_candidate
 from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
                                         query_set, tier_shares, verdicts)
 from fleet.bench.fleet_process import bench_alias
@@ -54,7 +55,7 @@ from workers.worker import Worker
 from models.registry import ModelNotFound, ModelRegistry
 from workers.settings import WorkerSettings
 
-MODEL, ENCODER = "faq-intent", "minilm-embed"
+MODEL, ENCODER, VERIFIER = "faq-intent", "minilm-embed", "cache-verifier"
 BENCH_MODEL = "faq-intent-bench"
 BARE_TOPIC = "fleet.bench.batching.bare-echo"
 REQUEST_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
@@ -256,6 +257,7 @@ async def cache_run(bench: Bench, workload: Workload, caches: str) -> dict[str, 
         before = cache_counters(worker)
         wall_s = await bench.burst(worker, label)
         counters = delta(cache_counters(worker), before)
+        verifier = verifier_cost(worker)
     finally:
         await worker.stop()
     replies = await bench.replies(waiter_id, len(requests))
@@ -271,7 +273,7 @@ async def cache_run(bench: Bench, workload: Workload, caches: str) -> dict[str, 
                        + (f", {errors} errors" if errors else ""))
     return {"caches": caches, "requests": len(requests), "wall_s": wall_s, "requests_per_s": per_s,
             "latency": asdict(latency), "tiers": shares.as_dict(), "counters": counters,
-            "max_batch_size": settings.max_batch_size, "shares": shares}
+            "max_batch_size": settings.max_batch_size, "shares": shares, "verifier": verifier}
 
 
 def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -297,6 +299,10 @@ def base_settings(settings: FleetSettings, args: argparse.Namespace) -> WorkerSe
         raise SystemExit(f"{missing}; build the models with scripts/build-models") from None
     served = bench_alias(registry, model, aliases, BENCH_MODEL)
     bench_alias(registry, encoder, aliases, ENCODER)
+    for precision in ("int8", "fp32"):  # the semantic tier's verifier, where one is built
+        verifier = next((m for m in reversed(registry.versions(VERIFIER)) if m.precision == precision), None)
+        if verifier is not None:
+            bench_alias(registry, verifier, aliases, VERIFIER)
     return WorkerSettings(model=BENCH_MODEL, model_dir=aliases.root.resolve(), model_version=served.id,
                           precision=args.precision, kafka_bootstrap=settings.kafka_bootstrap,
                           redis_url=settings.redis_url, home=settings.home, max_batch_size=args.batch,
@@ -341,6 +347,9 @@ async def run(args: argparse.Namespace) -> int:
                                          for done in rounds) + " (the table shows each configuration's median)")
     print(f"speedup vs off: exact+semantic {speedup:.2f}x, exact only "
           f"{exact_only['requests_per_s'] / off['requests_per_s']:.2f}x")
+    print(describe_verifier(on["verifier"]))
+    standalone = verifier_ms_per_candidate(base.registry_dir, base_texts())
+    print(describe_standalone(standalone))
     print(f"\nexact hits: max_batch_size {exact['max_batch_size']}, {exact['requests']:,} repeats of "
           f"{exact['distinct_inputs']} inputs; req/s over the wall time of run(burst=True)")
     print("\n" + format_verdicts(checks))
@@ -352,6 +361,7 @@ async def run(args: argparse.Namespace) -> int:
                 "workload": {"requests": len(workload.texts), "query_set": workload.query_set_size,
                              "exponent": workload.exponent, "repeat_share": workload.repeat_share},
                 "exact": exact, "cache_scenario": [{k: v for k, v in r.items() if k != "shares"} for r in runs],
+                "verifier_alone": standalone,
                 "speedup": speedup, "speedup_exact_only": exact_only["requests_per_s"] / off["requests_per_s"],
                 "targets": [asdict(check) for check in checks]}
     path.write_text(json.dumps(document, indent=2, default=lambda v: None) + "\n")

@@ -1,10 +1,14 @@
-"""`fleet cache-eval`: how often the semantic cache serves a paraphrase, and how often a near miss.
+"""`fleet cache-eval`: how often the semantic cache serves a pair that should hit, and how often a trap.
 
-For each pair (a, b) of workers/cache/data/semantic_pairs.json, a's answer is cached alone
-and b is looked up, through the real `SemanticCache` with the real INT8 MiniLM encoder: a
-paraphrase should hit, a near miss (a number, negation, opposite or entity changed) must
-not. The table sweeps thresholds with and without the guards; the shipped default must
-reach >= 30% paraphrase hits with <= 2% near-miss hits (issue 4). Exit status 0 when it does.
+For each pair (a, b) of a pairs file, a's answer is cached alone and b is looked up, through
+the real `SemanticCache` with the real INT8 MiniLM encoder and, where one is registered, the
+real cache-verifier: a should-hit pair (the file's "paraphrases", whatever their kind: a
+paraphrase, a near repeat) should be served, a trap (the file's "near_misses", of ANY kind
+name: negation, antonym, entity, number, date, unit, scope, or your own) must not. Every
+trap counts toward the false-hit rate. The tables give the served rates per kind, without
+and with the verifier, over a sweep of thresholds, and the shipped operating point. Exit
+status 0 when the shipped operating point serves at most 1% of traps and at least 40% of
+should-hit pairs (issue 26).
 """
 
 from __future__ import annotations
@@ -21,81 +25,82 @@ from fleet.arguments import command_parser
 from fleet.exits import Exit
 from fleet.tables import format_table
 from workers.cache.guards import meaning_conflict
-from workers.cache.semantic import DEFAULT_THRESHOLD, Guard, SemanticCache
+from workers.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
+from workers.cache.verifier import CacheVerifier
+from workers.settings import WorkerSettings
 
 PAIRS_PATH = Path(__file__).resolve().parents[2] / "workers" / "cache" / "data" / "semantic_pairs.json"
-THRESHOLDS = (0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98)
-MIN_PARAPHRASE_HITS = 0.30
-MAX_NEAR_MISS_HITS = 0.02
-KINDS = ("number", "negation", "opposite", "entity")
+THRESHOLDS = (0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
+MIN_SHOULD_HIT = 0.40
+MAX_TRAPS = 0.01
+SHIPPED_RECALL_THRESHOLD: float = WorkerSettings.model_fields["semantic_recall_threshold"].default
+
+Vectors = dict[str, npt.NDArray[np.float32]]
 
 
 @dataclass(frozen=True)
 class Pair:
     a: str
     b: str
-    kind: str  # "paraphrase" or the near-miss kind
-    split: str = "dev"  # "holdout": written after the guard's word lists, never used to tune them
+    kind: str
+    should_hit: bool
+    split: str = "dev"  # "holdout": written after the guard's word lists, never used to train or tune
 
 
 @dataclass(frozen=True)
 class Row:
     threshold: float
     guards: bool
-    paraphrase_hits: float
-    near_miss_hits: float
+    verifier: bool
+    should_hit: float  # share of should-hit pairs served
+    traps: float  # share of traps served (every kind)
     by_kind: dict[str, float]
 
     @property
     def meets_targets(self) -> bool:
-        return self.paraphrase_hits >= MIN_PARAPHRASE_HITS and self.near_miss_hits <= MAX_NEAR_MISS_HITS
+        return self.should_hit >= MIN_SHOULD_HIT and self.traps <= MAX_TRAPS
 
 
 def load_pairs(path: Path = PAIRS_PATH) -> list[Pair]:
     data = json.loads(path.read_text(encoding="utf-8"))
-    return [Pair(p["a"], p["b"], "paraphrase", p.get("split", "dev")) for p in data["paraphrases"]] + \
-        [Pair(p["a"], p["b"], p["kind"], p.get("split", "dev")) for p in data["near_misses"]]
+    return [Pair(p["a"], p["b"], p.get("kind", "paraphrase"), True, p.get("split", "dev"))
+            for p in data.get("paraphrases", [])] + \
+        [Pair(p["a"], p["b"], p.get("kind", "near_miss"), False, p.get("split", "dev"))
+         for p in data.get("near_misses", [])]
 
 
-def served(pairs: list[Pair], vectors: dict[str, npt.NDArray[np.float32]], threshold: float,
-           guard: Guard | None) -> list[bool]:
-    """Per pair: whether b is answered from a cache holding only a's answer."""
+def served(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool,
+           verdicts: npt.NDArray[np.float32] | None = None, verifier_threshold: float = 0.0) -> list[bool]:
+    """Per pair: whether b is answered from a cache holding only a's answer; with `verdicts` (the
+    verifier's P(same) of (b, a) per pair), only when the verifier accepts it too."""
     dim = len(next(iter(vectors.values())))
-    cache = SemanticCache(dim, threshold=threshold, capacity=16, verify_fraction=0.0, guard=guard)
+    cache = SemanticCache(dim, threshold=threshold, capacity=16, verify_fraction=0.0,
+                          guard=meaning_conflict if guards else None)
     out: list[bool] = []
-    for pair in pairs:
+    for i, pair in enumerate(pairs):
         cache.clear()
         cache.add([pair.a], vectors[pair.a][None, :], [b"a"])
-        out.append(cache.lookup([pair.b], vectors[pair.b][None, :])[0] is not None)
+        found = bool(cache.candidates([pair.b], vectors[pair.b][None, :])[0])
+        out.append(found and (verdicts is None or float(verdicts[i]) >= verifier_threshold))
     return out
 
 
-def evaluate(pairs: list[Pair], vectors: dict[str, npt.NDArray[np.float32]], threshold: float, guards: bool) -> Row:
-    hits = served(pairs, vectors, threshold, meaning_conflict if guards else None)
+def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool,
+             verdicts: npt.NDArray[np.float32] | None = None, verifier_threshold: float = 0.0) -> Row:
+    hits = served(pairs, vectors, threshold, guards, verdicts, verifier_threshold)
 
-    def rate(kinds: tuple[str, ...]) -> float:
-        chosen = [hit for hit, pair in zip(hits, pairs) if pair.kind in kinds]
+    def rate(chosen: list[bool]) -> float:
         return sum(chosen) / len(chosen) if chosen else 0.0
 
-    return Row(threshold, guards, rate(("paraphrase",)), rate(KINDS), {kind: rate((kind,)) for kind in KINDS})
+    kinds = sorted({pair.kind for pair in pairs})
+    return Row(threshold, guards, verdicts is not None,
+               rate([hit for hit, pair in zip(hits, pairs) if pair.should_hit]),
+               rate([hit for hit, pair in zip(hits, pairs) if not pair.should_hit]),
+               {kind: rate([hit for hit, pair in zip(hits, pairs) if pair.kind == kind]) for kind in kinds})
 
 
-def recommend(rows: list[Row]) -> tuple[float | None, str]:
-    """The seed's 0.95 when it meets both targets with guards, else the highest guarded threshold that does."""
-    guarded = {row.threshold: row for row in rows if row.guards}
-    seed = guarded.get(0.95)
-    if seed is not None and seed.meets_targets:
-        return 0.95, "the seed's 0.95 meets both targets with the guards on"
-    meeting = sorted((t for t, row in guarded.items() if row.meets_targets), reverse=True)
-    if not meeting:
-        return None, "no threshold meets both targets: keep the cache off for this model"
-    return meeting[0], (f"0.95 misses a target; {meeting[0]:.2f} is the highest threshold with >= "
-                        f"{MIN_PARAPHRASE_HITS:.0%} paraphrase and <= {MAX_NEAR_MISS_HITS:.0%} near-miss hits")
-
-
-def embed_all(texts: list[str]) -> tuple[str, dict[str, npt.NDArray[np.float32]]]:
+def embed_all(texts: list[str]) -> tuple[str, Vectors]:
     from models.loading import ModelLoader
-    from workers.settings import WorkerSettings
 
     backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False).runtime()).load()
     unique = list(dict.fromkeys(texts))
@@ -103,50 +108,88 @@ def embed_all(texts: list[str]) -> tuple[str, dict[str, npt.NDArray[np.float32]]
     return backend.manifest.id, dict(zip(unique, rows))
 
 
-FIGURES = ("threshold", "guards", "paraphrase", "near-miss", *KINDS)
+def open_verifier() -> CacheVerifier | None:
+    from models.registry import ModelRegistry
+
+    return CacheVerifier.newest(ModelRegistry(WorkerSettings(model="minilm-embed").registry_dir))
 
 
 def table(rows: list[Row], marks: dict[int, str]) -> str:
-    """Hit rates per threshold; `marks` notes a row by its index (in the last, unnamed column)."""
-    return format_table((*FIGURES, ""), [
-        (f"{row.threshold:.2f}", "on" if row.guards else "off", f"{row.paraphrase_hits:.1%}", f"{row.near_miss_hits:.1%}",
-         *(f"{row.by_kind[k]:.1%}" for k in KINDS), marks.get(i, "")) for i, row in enumerate(rows)], right=FIGURES)
+    """Served rates per threshold; `marks` notes a row by its index (in the last, unnamed column)."""
+    kinds = sorted({kind for row in rows for kind in row.by_kind})
+    figures = ("cosine", "guards", "verifier", "should-hit", "traps", *kinds)
+    return format_table((*figures, ""), [
+        (f"{row.threshold:.2f}", "on" if row.guards else "off", "on" if row.verifier else "off",
+         f"{row.should_hit:.1%}", f"{row.traps:.1%}", *(f"{row.by_kind.get(k, 0.0):.1%}" for k in kinds),
+         marks.get(i, "")) for i, row in enumerate(rows)], right=figures)
+
+
+@dataclass(frozen=True)
+class Report:
+    encoder: str
+    verifier: str | None
+    verifier_threshold: float | None
+    shipped: Row
+    rows: list[Row]
+    served_traps: list[Pair]
+
+
+def measure(pairs: list[Pair]) -> Report:
+    version, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
+    verifier = open_verifier()
+    verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores if verifier is not None else None
+    v_threshold = verifier.threshold if verifier is not None else 0.0
+    rows = [evaluate(pairs, vectors, t, guards) for t in THRESHOLDS for guards in (True, False)]
+    if verdicts is not None:
+        rows += [evaluate(pairs, vectors, t, True, verdicts, v_threshold) for t in THRESHOLDS]
+        shipped = evaluate(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold)
+        hits = served(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold)
+    else:
+        shipped = evaluate(pairs, vectors, DEFAULT_THRESHOLD, True)
+        hits = served(pairs, vectors, DEFAULT_THRESHOLD, True)
+    wrong = [pair for pair, hit in zip(pairs, hits) if hit and not pair.should_hit]
+    return Report(version, verifier.manifest.id if verifier is not None else None,
+                  verifier.threshold if verifier is not None else None, shipped, rows, wrong)
+
+
+def print_report(report: Report, pairs: list[Pair]) -> None:
+    counts = {kind: sum(p.kind == kind for p in pairs) for kind in sorted({p.kind for p in pairs})}
+    print(f"encoder {report.encoder}; verifier {report.verifier or 'none registered'}; pairs: "
+          + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
+    point = (f"cosine >= {report.shipped.threshold:.2f}, guards on, verifier P(same) >= {report.verifier_threshold:.4f}"
+             if report.verifier is not None else f"cosine >= {report.shipped.threshold:.2f}, guards on, no verifier")
+    print(f"operating point: {point}")
+    print("served = share of pairs whose b is answered with a's cached answer (trap columns: lower is better)\n")
+    print(table([report.shipped, *report.rows], {0: "<- shipped operating point"}))
+    verdict = "meets" if report.shipped.meets_targets else "MISSES"
+    print(f"\nshipped operating point {verdict} the targets (>= {MIN_SHOULD_HIT:.0%} should-hit, <= {MAX_TRAPS:.0%} "
+          f"traps): {report.shipped.should_hit:.1%} should-hit, {report.shipped.traps:.1%} traps")
+    for pair in report.served_traps:
+        print(f"  trap served [{pair.kind}]: {pair.a!r} -> {pair.b!r}")
 
 
 def main(argv: list[str]) -> int:
     parser = command_parser("cache-eval", __doc__)
-    parser.add_argument("--pairs", type=Path, default=PAIRS_PATH, help="pairs file (JSON)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--pairs", type=Path, default=PAIRS_PATH, help="pairs file (JSON: paraphrases, near_misses)")
+    parser.add_argument("--holdout", action="store_true", help="only the pairs marked split: holdout")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     args = parser.parse_args(argv)
     pairs = load_pairs(args.pairs)
-    holdout = [pair for pair in pairs if pair.split == "holdout"]
-    version, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
-    rows = [evaluate(pairs, vectors, t, guards) for t in THRESHOLDS for guards in (True, False)]
-    default = evaluate(pairs, vectors, DEFAULT_THRESHOLD, True)
-    recommended, reason = recommend(rows)
-    held = [evaluate(holdout, vectors, t, guards) for t in dict.fromkeys((DEFAULT_THRESHOLD, 0.95))
-            for guards in (True, False)] if holdout else []
-    default_hits = served(pairs, vectors, DEFAULT_THRESHOLD, meaning_conflict)
-    false_hits = [pair for pair, hit in zip(pairs, default_hits) if hit and pair.kind != "paraphrase"]
-    counts = {kind: sum(p.kind == kind for p in pairs) for kind in ("paraphrase", *KINDS)}
+    if args.holdout:
+        pairs = [pair for pair in pairs if pair.split == "holdout"]
+    if not any(p.should_hit for p in pairs) or all(p.should_hit for p in pairs):
+        print(f"{args.pairs}: needs both should-hit pairs ('paraphrases') and traps ('near_misses')", file=sys.stderr)
+        return Exit.FAILED
+    report = measure(pairs)
     if args.json:
-        print(json.dumps({"encoder": version, "pairs": counts, "holdout_pairs": len(holdout),
-                          "default": asdict(default) | {"meets_targets": default.meets_targets},
-                          "recommended_threshold": recommended, "reason": reason,
-                          "near_misses_served_at_default": [asdict(p) for p in false_hits],
-                          "rows": [asdict(row) for row in rows], "holdout_rows": [asdict(row) for row in held]},
-                         indent=1))
+        print(json.dumps({"encoder": report.encoder, "verifier": report.verifier,
+                          "verifier_threshold": report.verifier_threshold,
+                          "shipped": asdict(report.shipped) | {"meets_targets": report.shipped.meets_targets},
+                          "traps_served_at_shipped": [asdict(p) for p in report.served_traps],
+                          "rows": [asdict(row) for row in report.rows]}, indent=1))
     else:
-        print(f"encoder {version}; pairs: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
-        print("hit rate = share of pairs whose b is served a's cached answer (near-miss columns: lower is better)\n")
-        print(table([default, *rows], {0: "<- shipped default"}))
-        print(f"\nrecommended threshold: {recommended} ({reason})")
-        if held:
-            print(f"\nholdout only ({len(holdout)} pairs written after the guard lists were frozen):")
-            print(table(held, {0: "<- shipped default"}))
-        for pair in false_hits:
-            print(f"  near miss served at the default [{pair.kind}]: {pair.a!r} -> {pair.b!r}")
-    return Exit.OK if default.meets_targets else Exit.FAILED
+        print_report(report, pairs)
+    return Exit.OK if report.shipped.meets_targets else Exit.FAILED
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ built with them, and a new INT8 version from it, since INT8 is matched by its FP
 Old versions stay registered and servable by ONNX Runtime (versions are immutable).
 
 faq-intent is kept when an FP32 version exists for this MiniLM FP32 version, data version
-(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one.
+(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one. The
+cache-verifier (models/build/verifier.py) likewise, by its pairs' data version, its training
+settings and FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to).
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ from models.build.faq import (
 from models.build.faq_data import load_faq_dataset
 from models.build.head import HeadHyperparameters
 from models.build.progress import Progress
-from models.build.source import locate_packaged_model
+from models.build.source import PackagedModel, locate_packaged_model
+from models.build.verifier import VERIFIER_MODEL_NAME, build_verifier_fp32, build_verifier_int8, registered_verifier
+from models.build.verifier_calibration import max_false_hits_from_env
+from models.build.verifier_data import load_verifier_dataset
 from models.build.version import BuiltVersion, describe_check
 from models.registry import (
+    CheckNotPassed,
     ModelManifest,
     ModelRegistry,
     ModelSource,
@@ -45,7 +51,8 @@ from models.registry import (
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="fleet build-models",
-        description=f"Build, check and register the {MODEL_NAME} and {FAQ_MODEL_NAME} FP32 and INT8 ONNX versions.",
+        description=f"Build, check and register the {MODEL_NAME}, {FAQ_MODEL_NAME} and {VERIFIER_MODEL_NAME} FP32 and "
+                    "INT8 ONNX versions.",
     )
     parser.add_argument(
         "--registry",
@@ -124,6 +131,31 @@ def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool,
     return [fp32, int8]
 
 
+def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: ModelManifest, *, force: bool,
+                    progress: Progress) -> list[BuiltVersion]:
+    """The cache-verifier FP32 (fine-tuned from the packaged MiniLM) and INT8 versions, built or kept."""
+    from models.build.verifier_model import VerifierHyperparameters
+
+    dataset = load_verifier_dataset()
+    max_false_hits = max_false_hits_from_env()
+    hyper = {**VerifierHyperparameters().as_manifest(), "max_false_hits": max_false_hits}
+    progress.step(f"{VERIFIER_MODEL_NAME}: data {dataset.version}, {len(dataset.train)} training / "
+                  f"{len(dataset.heldout)} held-out pairs, target false hits {max_false_hits:.2%}")
+    existing = None if force else registered_verifier(registry, "fp32", parent=encoder.id,
+                                                      training_data=dataset.version, hyperparameters=hyper)
+    fp32 = _keep(registry, existing, progress) if existing is not None else \
+        build_verifier_fp32(registry, packaged, encoder, dataset, max_false_hits, progress)
+    existing = None if force else registered_verifier(registry, "int8", parent=fp32.manifest.id)
+    try:
+        int8 = _keep(registry, existing, progress) if existing is not None else \
+            build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress)
+    except CheckNotPassed as missed:
+        # INT8 only where it keeps the gate: the worker falls back to the FP32 verifier.
+        progress.step(f"{VERIFIER_MODEL_NAME} INT8 not registered ({missed}); workers use {fp32.manifest.id}")
+        return [fp32]
+    return [fp32, int8]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     registry_root: Path = args.registry if args.registry is not None else FleetSettings().registry_dir
@@ -154,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             int8 = build_int8(registry, fp32.manifest, progress)
         faq = _build_faq(registry, fp32.manifest, force=args.force, progress=progress)
+        faq += _build_verifier(registry, packaged, fp32.manifest, force=args.force, progress=progress)
     except RegistryError as error:
         # Includes a failed accuracy check (CheckNotPassed) with its figures.
         progress.step(f"FAILED: {error}")

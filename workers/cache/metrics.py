@@ -40,6 +40,15 @@ class CacheMetrics:
         self.semantic_verifications = Counter(f"{PREFIX}_semantic_verifications", "Semantic hits also computed by the "
                                               "model, by whether the answers agreed", ["model", "agreed"],
                                               registry=reg)
+        self.semantic_threshold_changes = Counter(f"{PREFIX}_semantic_threshold_changes", "Self-tuning steps of the "
+                                                  "semantic threshold: raised (false hits over budget) or lowered "
+                                                  "(well within it, down to the floor)", ["model", "version", "direction"],
+                                                  registry=reg)
+        self.verifier_candidates = Counter(f"{PREFIX}_verifier_candidates", "Semantic candidates the verifier "
+                                           "judged, by whether it accepted one for its text", ["model", "accepted"],
+                                           registry=reg)
+        self.verifier_seconds = Histogram(f"{PREFIX}_verifier_seconds", "Time of one verifier run over a batch's "
+                                          "candidates", ["model"], registry=reg)
         self.bytes = Gauge(f"{PREFIX}_bytes", "Bytes a cache tier holds (its own accounting, toward its bound)",
                            tiered, registry=reg)
         self.entries = Gauge(f"{PREFIX}_entries", "Entries a cache tier holds", tiered, registry=reg)

@@ -9,10 +9,12 @@ a flat scan per lookup costs too much) cannot remove vectors: dropping a segment
 graph at once, and a replaced entry is only a tombstone until its segment goes. Below that
 size each segment is an exact IndexFlatIP.
 
-Correctness is measured, not assumed: `verify` marks a sampled share of hits that the
-caller also computes with the model; `record_verification` feeds the comparison into a
-sliding window, and a verified false-hit rate above the budget raises the threshold one
-step, then switches the cache off past `max_threshold`. Both are logged as WARNINGs.
+`lookup` serves the best neighbour the guard passes; `candidates` + `settle` leave the choice
+among them to a verifier (workers/cache/verified.py). Correctness is measured, not assumed:
+`verify` marks a sampled share of hits that the caller also computes; `record_verification`
+feeds the comparison into a sliding window; a verified false-hit rate above the budget raises
+the threshold one step (off past `max_threshold`), a full window within half of it lowers it
+one step (not below `min_threshold`). Each change is logged as a WARNING.
 
 Thread-safety: one lock around every method, since worker threads look up and add while
 the log follower adds from the event loop thread.
@@ -55,6 +57,16 @@ class SemanticHit:
     matched_text: str
     verify: bool  # sampled: the caller should also compute this input and call record_verification
     threshold: float  # the threshold the hit passed
+    verifier_score: float | None = None  # the verifier's P(same), where a verifier decided
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A neighbour at or above the threshold that the guard passed: the verifier's to judge."""
+
+    outputs: bytes
+    similarity: float
+    matched_text: str
 
 
 @dataclass
@@ -91,7 +103,9 @@ class SemanticCache:
                  verify_fraction: float = 0.05, false_hit_budget: float = 0.01, min_verifications: int = 100,
                  window: int = 1000, threshold_step: float = 0.01, max_threshold: float = 0.99,
                  segments: int = 4, hnsw_above: int = 20_000, guard: Guard | None = meaning_conflict,
-                 seed: int = 0) -> None:
+                 min_threshold: float | None = None, seed: int = 0) -> None:
+        """`min_threshold`: lowest the threshold may descend to while verified hits stay well within the
+        budget (None: it never descends; set where a verifier guards the hits)."""
         if dim < 1 or capacity < 1 or segments < 1:
             raise ValueError("dim, capacity and segments must be positive")
         if not 0 < threshold <= 1 or not 0 <= verify_fraction <= 1 or min_verifications < 1:
@@ -103,6 +117,8 @@ class SemanticCache:
         self.min_verifications = min_verifications
         self.threshold_step = threshold_step
         self.max_threshold = max_threshold
+        self.min_threshold = threshold if min_threshold is None else min(min_threshold, threshold)
+        self.threshold_changes = {"raised": 0, "lowered": 0}
         self.guard = guard
         self.hnsw = capacity > hnsw_above
         self._segment_rows = max(1, -(-capacity // segments))
@@ -198,6 +214,33 @@ class SemanticCache:
             self._counts["misses"] += len(found) - hits
             return found
 
+    def candidates(self, texts: Sequence[str], vectors: npt.ArrayLike) -> list[list[Candidate]]:
+        """Per text, best first: up to TOP_K neighbours at or above the threshold that the guard passes
+        (none while the cache is off). `settle` then counts what the verifier made of them."""
+        if not texts:
+            return []
+        queries = self._rows(vectors, len(texts))
+        with self._lock:
+            if not self._enabled:
+                return [[] for _ in texts]
+            found = []
+            for text, row in zip(texts, self._search(queries)):
+                passing = self._passing(text, row)
+                found.append([Candidate(self._entries[i].outputs, min(1.0, float(sim)), self._entries[i].text)
+                              for sim, i in passing])
+            return found
+
+    def settle(self, chosen: Sequence[tuple[Candidate, float] | None]) -> list[SemanticHit | None]:
+        """Hits from the candidates a verifier accepted (with its score), counted like `lookup`'s."""
+        with self._lock:
+            hits = [None if pick is None else SemanticHit(
+                outputs=pick[0].outputs, similarity=pick[0].similarity, matched_text=pick[0].matched_text,
+                verify=self._sample_verify(), threshold=self._threshold, verifier_score=pick[1]) for pick in chosen]
+            served = sum(hit is not None for hit in hits)
+            self._counts["hits"] += served
+            self._counts["misses"] += len(hits) - served
+            return hits
+
     def add(self, texts: Sequence[str], vectors: npt.ArrayLike, outputs: Sequence[bytes], generation: int = 0) -> int:
         """Store computed answers; a text already held keeps its entry unless this generation is newer.
         Returns how many entries were stored."""
@@ -244,8 +287,10 @@ class SemanticCache:
                 return
             rate = sum(self._window) / len(self._window)
             if rate <= self.false_hit_budget:
+                self._maybe_lower(rate)
                 return
             self._window.clear()
+            self.threshold_changes["raised"] += 1
             raised = round(self._threshold + self.threshold_step, 6)
             if raised > self.max_threshold + 1e-9:
                 self._enabled = False
@@ -256,6 +301,21 @@ class SemanticCache:
                 log.warning("semantic cache threshold raised %.3f -> %.3f: verified false-hit rate %.2f%% is above "
                             "the budget of %.2f%%", self._threshold, raised, 100 * rate, 100 * self.false_hit_budget)
                 self._threshold = raised
+
+    def _maybe_lower(self, rate: float) -> None:
+        """Lower the threshold one step when a full window of verified hits stays within half the budget:
+        recall is left on the table while the verifier (and the guards) keep the false hits that low."""
+        if len(self._window) < (self._window.maxlen or 0) or rate > self.false_hit_budget / 2:
+            return
+        lowered = round(self._threshold - self.threshold_step, 6)
+        if lowered < self.min_threshold - 1e-9:
+            return
+        self._window.clear()
+        self.threshold_changes["lowered"] += 1
+        log.warning("semantic cache threshold lowered %.3f -> %.3f: verified false-hit rate %.2f%% is within half "
+                    "the budget of %.2f%% (floor %.3f)", self._threshold, lowered, 100 * rate,
+                    100 * self.false_hit_budget, self.min_threshold)
+        self._threshold = lowered
 
     def _sample_verify(self) -> bool:
         return bool(self._rng.random() < self.verify_fraction)
@@ -279,6 +339,17 @@ class SemanticCache:
         return [sorted(row, reverse=True)[:TOP_K] for row in merged]
 
     def _best(self, text: str, candidates: list[tuple[float, int]]) -> SemanticHit | None:
+        passing = self._passing(text, candidates)[:1]
+        for similarity, entry_id in passing:
+            entry = self._entries[entry_id]
+            return SemanticHit(outputs=entry.outputs, similarity=min(1.0, float(similarity)), matched_text=entry.text,
+                               verify=self._sample_verify(), threshold=self._threshold)
+        return None
+
+    def _passing(self, text: str, candidates: list[tuple[float, int]]) -> list[tuple[float, int]]:
+        """The neighbours at or above the threshold that the guard passes; `blocked` counts a text whose
+        every such neighbour the guard refused."""
+        passing: list[tuple[float, int]] = []
         refused = False
         for similarity, entry_id in candidates:
             if similarity < self._threshold:
@@ -287,10 +358,9 @@ class SemanticCache:
             if self.guard is not None and entry.text != text and self.guard(text, entry.text) is not None:
                 refused = True
                 continue
-            return SemanticHit(outputs=entry.outputs, similarity=min(1.0, float(similarity)), matched_text=entry.text,
-                               verify=self._sample_verify(), threshold=self._threshold)
-        self._counts["blocked"] += refused
-        return None
+            passing.append((similarity, entry_id))
+        self._counts["blocked"] += refused and not passing
+        return passing
 
     def _append(self, row: npt.NDArray[np.float32], entry: _Entry) -> None:
         if self._vectors >= self.capacity:

@@ -1,8 +1,9 @@
 """Whether semantic lookups pay for themselves on this model.
 
-A lookup costs an encoder pass over every row the exact cache missed; a hit saves one model
-row (what one more row adds to a model run). Lookups pay while `hit rate x model ms per row`
-exceeds `encoder ms per row`. The tier
+A lookup costs an encoder pass over every row the exact cache missed, plus, where a verifier
+decides, its run over each candidate the index proposes (`verifier ms per candidate x
+candidates per row`); a hit saves one model row (what one more row adds to a model run).
+Lookups pay while `hit rate x model ms per row` exceeds that cost per row. The tier
 measures all three; the hit rate starts at an optimistic 100% and converges on what lookups
 find, so a model several times dearer than the encoder is looked up (and its cache filled)
 from the first batch, while one barely dearer than the encoder (faq-intent is the encoder
@@ -58,6 +59,8 @@ class LookupCost:
         self.encoder_ms_per_row = Ewma(alpha)
         self.model_ms_per_row = MarginalCost(alpha)
         self.hit_rate = Ewma(alpha, value=1.0)
+        self.verifier_ms_per_candidate = Ewma(alpha)
+        self.candidates_per_row = Ewma(alpha, value=0.0)
         self.paying = True
         self._batches = 0
 
@@ -66,12 +69,27 @@ class LookupCost:
         self._batches += 1
         return self.paying or self._batches % self.probe_every == 0
 
-    def record_lookup(self, rows: int, hits: int, encoder_ms: float) -> None:
+    def record_lookup(self, rows: int, hits: int, encoder_ms: float, *, candidates: int = 0,
+                      verifier_ms: float = 0.0) -> None:
         if rows == 0:
             return
         self.encoder_ms_per_row.add(encoder_ms / rows)
         self.hit_rate.add(hits / rows)
+        self.candidates_per_row.add(candidates / rows)
+        if candidates:
+            self.verifier_ms_per_candidate.add(verifier_ms / candidates)
         self._judge()
+
+    @property
+    def verifier_ms_per_row(self) -> float:
+        """What the verifier adds to a lookup, per row looked up."""
+        per_candidate = self.verifier_ms_per_candidate.value
+        return 0.0 if per_candidate is None else per_candidate * (self.candidates_per_row.value or 0.0)
+
+    @property
+    def cost_ms_per_row(self) -> float | None:
+        encoder = self.encoder_ms_per_row.value
+        return None if encoder is None else encoder + self.verifier_ms_per_row
 
     def record_model(self, rows: int, inference_ms: float) -> None:
         if rows:
@@ -84,13 +102,13 @@ class LookupCost:
         return self.hit_rate.value * self.model_ms_per_row.value
 
     def _judge(self) -> None:
-        saved, cost = self.saved_ms_per_row, self.encoder_ms_per_row.value
+        saved, cost = self.saved_ms_per_row, self.cost_ms_per_row
         if saved is None or cost is None:
             return
         paying = saved >= cost
         if paying != self.paying:
             self.paying = paying
-            log.warning("semantic lookups %s: hits save %.3f ms of model time per row, the encoder costs %.3f ms "
+            log.warning("semantic lookups %s: hits save %.3f ms of model time per row, the encoder and verifier cost %.3f ms "
                         "(hit rate %.1f%%)%s", "pay" if paying else "do not pay", saved, cost,
                         100 * (self.hit_rate.value or 0.0),
                         "" if paying else f"; looking up 1 batch in {self.probe_every} until they do")

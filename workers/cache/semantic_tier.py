@@ -3,19 +3,24 @@ by every worker of that version through a compacted topic (workers/cache/semanti
 
 The encoder (the INT8 MiniLM by default) runs batched over a version group's texts in a
 worker thread; its rows are kept on the group so the entries the model computes next are
-added without encoding twice.
+added without encoding twice. Where a cache-verifier is registered (and
+`semantic_verifier` is on), FAISS proposes the nearest candidates above the recall threshold
+that pass the guards, and the verifier, in the same worker thread and in one run over the
+group's candidate pairs, decides which (if any) is served (workers/cache/verified.py).
 """
 
 import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from schemas.names import semantic_cache_topic
 from schemas.wire import CacheTier, now_ms
 from models.backends.base import Backend
+from models.registry import ModelRegistry, RegistryError
 from workers.cache.exact import unpack_outputs
 from workers.cache.metrics import CacheMetrics
 from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
@@ -23,6 +28,8 @@ from workers.cache.keys import canonical_text
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.delivery.sink import Outcome
 from workers.cache.semantic_cost import LookupCost
+from workers.cache.verified import candidate_pairs, choose
+from workers.cache.verifier import CacheVerifier
 from workers.settings import WorkerSettings
 from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, VersionGroup, drop_rows, timings_of
@@ -39,9 +46,12 @@ class SemanticTier:
         self._metrics = metrics
         self._load_encoder = load_encoder
         self._encoder: Backend | None = None
+        self.verifier: CacheVerifier | None = None
+        self._verifier_broken = False
         self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
         self._generation = 0
         self._evictions_seen = 0
+        self._changes_seen: dict[tuple[str, str], int] = {}
         self.cost = LookupCost()
 
     async def lookup(self, prepared: Prepared) -> None:
@@ -49,7 +59,10 @@ class SemanticTier:
         if not groups or (self._settings.semantic_only_when_paying and not self.cost.should_look_up()):
             return
         if self._encoder is None:
+            self.verifier = await asyncio.to_thread(self._open_verifier)
             self._encoder = await asyncio.to_thread(self._load_encoder)
+        if self._verifier_broken:
+            return
         caches = [await self._cache_of(group.who.version) for group in groups]
         await asyncio.to_thread(self._lookup_groups, prepared, groups, caches)
 
@@ -61,8 +74,10 @@ class SemanticTier:
             encoder_ms = (time.perf_counter() - started) * 1000
             if not cache.enabled:
                 continue
+            texts = [canonical_text(item.text) for item in group.ready]
+            found, candidates, verifier_ms = self._find(cache, texts, group.vectors)
             served: dict[int, SemanticHit] = {}
-            for row, hit in enumerate(cache.lookup([canonical_text(item.text) for item in group.ready], group.vectors)):
+            for row, hit in enumerate(found):
                 if hit is None:
                     continue
                 self._metrics.semantic_similarity.labels(model=self._model).observe(hit.similarity)
@@ -70,7 +85,8 @@ class SemanticTier:
                     group.verifying[row] = hit
                 else:
                     served[row] = hit
-            self.cost.record_lookup(len(group.ready), len(served), encoder_ms)
+            self.cost.record_lookup(len(group.ready), len(served), encoder_ms, candidates=candidates,
+                                    verifier_ms=verifier_ms)
             self._metrics.hits.labels(model=self._model, tier="semantic").inc(len(served))
             self._metrics.misses.labels(model=self._model, tier="semantic").inc(len(group.ready) - len(served))
             lookup_ms, finished_ms = (time.perf_counter() - started) * 1000, now_ms()
@@ -78,6 +94,41 @@ class SemanticTier:
                 item.request.id, group.who.served_status, outputs=unpack_outputs(served[row].outputs),
                 cache=CacheTier.semantic, similarity=round(served[row].similarity, 4),
                 timings=timings_of(prepared, item, finished_ms, cache_ms=lookup_ms))), prepared.triaged.answered)
+
+    def _open_verifier(self) -> CacheVerifier | None:
+        if not self._settings.semantic_verifier:
+            return None
+        try:
+            verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir))
+        except (RegistryError, ValueError, OSError) as error:
+            # Registered but unusable (damaged artifacts, no calibration): serving without the judge
+            # it was meant to have would serve traps, so the semantic tier stays off instead.
+            log.error("semantic cache OFF: the cache-verifier could not be loaded (%s)", error)
+            self._verifier_broken = True
+            return None
+        if verifier is None:
+            log.warning("no cache-verifier is registered (scripts/build-models builds one): semantic hits are "
+                        "decided by the cosine threshold %.2f and the guards alone", self._settings.semantic_threshold)
+        else:
+            log.info("semantic candidates above cosine %.2f are judged by %s at threshold %.4f",
+                     self._settings.semantic_recall_threshold, verifier.manifest.id, verifier.threshold)
+        return verifier
+
+    def _find(self, cache: SemanticCache, texts: list[str], vectors: Any) -> tuple[list[SemanticHit | None], int, float]:
+        """Hits per text, how many candidates the verifier judged and its ms (0 and 0.0 without one)."""
+        if self.verifier is None:
+            return cache.lookup(texts, vectors), 0, 0.0
+        candidates = cache.candidates(texts, vectors)
+        pairs = candidate_pairs(texts, candidates)
+        if not pairs:
+            return cache.settle([None] * len(texts)), 0, 0.0
+        verdicts = self.verifier.score(pairs)
+        chosen = choose(candidates, verdicts.scores, self.verifier.threshold)
+        self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
+        accepted = sum(pick is not None for pick in chosen)
+        self._metrics.verifier_candidates.labels(model=self._model, accepted="true").inc(accepted)
+        self._metrics.verifier_candidates.labels(model=self._model, accepted="false").inc(len(pairs) - accepted)
+        return cache.settle(chosen), len(pairs), verdicts.elapsed_ms
 
     async def remember(self, computed: Computed) -> None:
         """Add what the model computed; score the sampled hits it computed to check them."""
@@ -132,10 +183,13 @@ class SemanticTier:
         if version not in self._versions:
             settings = self._settings
             assert self._encoder is not None
-            cache = SemanticCache(self._encoder.manifest.embedding_dim, threshold=settings.semantic_threshold,
+            verified = self.verifier is not None
+            cache = SemanticCache(self._encoder.manifest.embedding_dim,
+                                  threshold=settings.semantic_recall_threshold if verified else settings.semantic_threshold,
                                   capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
                                   false_hit_budget=settings.semantic_false_hit_budget,
-                                  min_verifications=settings.semantic_min_verifications)
+                                  min_verifications=settings.semantic_min_verifications,
+                                  min_threshold=settings.semantic_min_threshold if verified else None)
             semantic_log = SemanticLog(cache, settings=settings, producer=self._producer,
                                        topic=semantic_cache_topic(self._model, version), generation=self._generation)
             loaded = await semantic_log.start()
@@ -147,6 +201,12 @@ class SemanticTier:
         model = self._model
         for version, (cache, _) in self._versions.items():
             self._metrics.semantic_threshold.labels(model=model, version=version).set(cache.threshold)
+            for direction, count in cache.threshold_changes.items():
+                seen = self._changes_seen.get((version, direction), 0)
+                if count > seen:
+                    self._metrics.semantic_threshold_changes.labels(model=model, version=version,
+                                                                    direction=direction).inc(count - seen)
+                    self._changes_seen[(version, direction)] = count
             self._metrics.semantic_enabled.labels(model=model, version=version).set(1 if cache.enabled else 0)
             self._metrics.verified_false_hit_rate.labels(model=model, version=version).set(cache.false_hit_rate)
         self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)

@@ -17,7 +17,9 @@ from models.backends.base import Backend
 from models.loading import ModelLoader
 from workers.cache.exact import clear_model_cache, pack_outputs
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
+from workers.cache.guards import meaning_conflict
 from workers.cache.semantic import SemanticCache
+from workers.cache.verifier import CacheVerifier
 from workers.worker import Worker
 from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
@@ -125,7 +127,8 @@ async def test_a_worker_started_later_serves_entries_another_one_published(clien
 
 async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redis: Redis, stack: FleetSettings,
                                                       cleared: None) -> None:
-    settings = faq_settings(semantic_verify_fraction=1.0, semantic_min_verifications=3)
+    # The cosine threshold's own self-tuning: no verifier (it would judge the poisoned entry by its text).
+    settings = faq_settings(semantic_verify_fraction=1.0, semantic_min_verifications=3, semantic_verifier=False)
     version = ModelRegistry(settings.registry_dir).resolve(FAQ, precision=settings.precision).id
     encoder = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8").runtime()).load()
     generation = int(await redis.get(f"fleet:cachegen:{FAQ}") or 0)
@@ -145,6 +148,27 @@ async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redi
     assert cache is not None and cache.false_hit_rate > settings.semantic_false_hit_budget
     assert cache.threshold > settings.semantic_threshold or not cache.enabled
     assert worker.metrics.cache.semantic_threshold.labels(model=FAQ, version=version)._value.get() == cache.threshold
+
+
+NEGATION_SEED = "Is it safe to leave the heater on overnight?"
+NEGATION_TRAP = "Is it unsafe to leave the heater on overnight?"  # no "not": the guards' word lists pass it
+VERIFIED_PARAPHRASE = "Can I leave the heater on overnight safely?"
+
+
+async def test_the_verifier_refuses_a_negation_trap_the_guards_pass(client: FleetClient, cleared: None) -> None:
+    settings = faq_settings()
+    verifier = CacheVerifier.newest(ModelRegistry(settings.registry_dir))
+    if verifier is None:
+        pytest.skip("no cache-verifier built; run scripts/build-models")
+    assert meaning_conflict(NEGATION_TRAP, NEGATION_SEED) is None
+    async with Serving(settings) as worker:
+        seeded = await client.infer(FAQ, NEGATION_SEED, timeout=30)
+        trap = await client.infer(FAQ, NEGATION_TRAP, timeout=30)
+        assert worker.caches.semantic is not None and worker.caches.semantic.verifier is not None
+        judged = worker.metrics.cache.verifier_candidates.labels(model=FAQ, accepted="false")._value.get()
+    assert seeded.cache is CacheTier.miss
+    assert trap.cache is CacheTier.miss, "the verifier must refuse the cached answer to the opposite question"
+    assert judged >= 1, "the trap reached the verifier: cosine and guards alone would have served it"
 
 
 async def test_an_embedding_model_never_gets_a_semantic_cache(worker_settings: WorkerSettings,

@@ -206,8 +206,8 @@ def test_the_real_encoder_serves_a_paraphrase_but_not_a_negation_or_a_number_cha
 
 
 @pytest.mark.models
-def test_the_shipped_default_meets_the_issue_targets_on_the_evaluation_pairs() -> None:
-    from fleet.commands.cache_eval import evaluate, load_pairs, recommend
+def test_without_a_verifier_the_cosine_default_keeps_the_issue_4_targets_on_the_evaluation_pairs() -> None:
+    from fleet.commands.cache_eval import evaluate, load_pairs
     from models.backends.onnx import OnnxEmbeddingBackend
 
     registry = built_registry()
@@ -216,7 +216,5 @@ def test_the_shipped_default_meets_the_issue_targets_on_the_evaluation_pairs() -
     texts = list(dict.fromkeys(text for pair in pairs for text in (pair.a, pair.b)))
     vectors = dict(zip(texts, np.concatenate([encoder.infer(texts[i:i + 64]) for i in range(0, len(texts), 64)])))
     shipped = evaluate(pairs, vectors, DEFAULT_THRESHOLD, guards=True)
-    assert shipped.paraphrase_hits >= 0.30 and shipped.near_miss_hits <= 0.02, shipped
-    assert evaluate(pairs, vectors, DEFAULT_THRESHOLD, guards=False).near_miss_hits > 0.10  # the guards matter
-    threshold, _reason = recommend([evaluate(pairs, vectors, t, True) for t in (0.90, 0.95)])
-    assert threshold == DEFAULT_THRESHOLD
+    assert shipped.should_hit >= 0.30 and shipped.traps <= 0.02, shipped
+    assert evaluate(pairs, vectors, DEFAULT_THRESHOLD, guards=False).traps > 0.10  # the guards matter

@@ -1,0 +1,85 @@
+"""Where the verifier operates: the lowest score threshold whose false-hit rate on held-out
+traps is within the target, and the gate a verifier version must pass to be registered.
+
+The rates are per pair: the share of held-out traps whose score reaches the threshold
+(served wrongly) and the share of held-out should-hit pairs that reach it (served).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from models.registry import AccuracyCheck
+
+DEFAULT_MAX_FALSE_HITS = 0.01
+MIN_SHOULD_HIT = 0.40
+MAX_FALSE_HITS_ENV = "FLEET_SEMANTIC_MAX_FALSE_HITS"
+
+Scores = npt.NDArray[np.float32]
+
+
+def max_false_hits_from_env() -> float:
+    """FLEET_SEMANTIC_MAX_FALSE_HITS, the workers' setting of the same name (default 1%)."""
+    raw = os.environ.get(MAX_FALSE_HITS_ENV, "")
+    value = float(raw) if raw.strip() else DEFAULT_MAX_FALSE_HITS
+    if not 0 <= value < 1:
+        raise SystemExit(f"{MAX_FALSE_HITS_ENV}={raw!r}: expected a share in [0, 1)")
+    return value
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    threshold: float
+    false_hits: float  # share of held-out traps served (the mean over kinds, where kinds were given)
+    should_hit: float  # share of held-out should-hit pairs served
+    traps: int
+    should_hits: int
+
+
+def calibrate(trap_scores: Scores, hit_scores: Scores, max_false_hits: float,
+              trap_kinds: Sequence[str] | None = None) -> OperatingPoint:
+    """The lowest threshold serving at most `max_false_hits` of the traps. With `trap_kinds`, the
+    rate is the mean of the per-kind rates: every kind weighs the same, so a set rich in easy
+    traps (negations the guards catch anyway) cannot buy a low threshold for the hard ones."""
+    if len(trap_scores) == 0 or len(hit_scores) == 0:
+        raise ValueError("calibration needs held-out traps and should-hit pairs")
+    traps = np.asarray(trap_scores, dtype=np.float32)
+    # Scores are float32 (the graph's output): the next float32 above a trap's score is the
+    # smallest threshold that trap misses, whatever precision it is later compared in.
+    options = np.concatenate([[np.float32(0.0)], np.nextafter(np.unique(traps), np.float32(np.inf))])
+    for threshold in options:  # ascending: the first within the target is the lowest
+        if trap_rate(traps, float(threshold), trap_kinds) <= max_false_hits + 1e-12:
+            return measure(traps, hit_scores, float(threshold), trap_kinds)
+    raise AssertionError("unreachable: above the highest trap score no trap is served")
+
+
+def trap_rate(trap_scores: Scores, threshold: float, trap_kinds: Sequence[str] | None = None) -> float:
+    served = np.asarray(trap_scores, dtype=np.float32) >= threshold
+    if trap_kinds is None:
+        return float(np.mean(served))
+    kinds = np.asarray(trap_kinds)
+    return float(np.mean([np.mean(served[kinds == kind]) for kind in np.unique(kinds)]))
+
+
+def measure(trap_scores: Scores, hit_scores: Scores, threshold: float,
+            trap_kinds: Sequence[str] | None = None) -> OperatingPoint:
+    hits = np.asarray(hit_scores, dtype=np.float32)
+    return OperatingPoint(threshold, trap_rate(trap_scores, threshold, trap_kinds), float(np.mean(hits >= threshold)),
+                          len(trap_scores), len(hits))
+
+
+def gate(point: OperatingPoint, max_false_hits: float, name: str = "verifier-heldout") -> AccuracyCheck:
+    """Passes when the held-out false-hit rate is within the target and the should-hit rate
+    at least MIN_SHOULD_HIT: a verifier that serves almost nothing does not pay its cost."""
+    passed_false_hits = point.false_hits <= max_false_hits + 1e-12
+    value = point.should_hit if passed_false_hits else -point.false_hits
+    return AccuracyCheck.evaluate(
+        name=name, metric="heldout_should_hit_at_target", value=value, threshold=MIN_SHOULD_HIT, comparison=">=",
+        figures={"operating_threshold": point.threshold, "heldout_false_hits": point.false_hits,
+                 "heldout_should_hit": point.should_hit, "max_false_hits": max_false_hits,
+                 "heldout_traps": float(point.traps), "heldout_should_hit_pairs": float(point.should_hits)})

@@ -1,0 +1,146 @@
+"""The cache verifier's network and its training: MiniLM reading both texts at once.
+
+A cross-encoder: "[CLS] query [SEP] cached text [SEP]" (token types 0 and 1) through the
+packaged all-MiniLM-L6-v2, mean-pooled, then a linear layer and a softmax over
+("different", "same"). Reading both texts together lets attention line up "open" with
+"closed" or "Leeds to York" with "York to Leeds", which two separate embeddings blur.
+
+Training is sized for a 2-core CI machine (about a minute): the word embeddings stay frozen
+(their gradient is most of the optimiser's work and the pairs teach them nothing new), one
+pass over the pairs, short sequences. Only this module imports torch.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from tokenizers import Tokenizer
+from transformers import AutoModel, PreTrainedModel
+
+from models.pair_feeds import PAIR_INPUT_NAMES as INPUT_NAMES
+from models.pair_feeds import encode_pairs
+
+LABELS = ("different", "same")
+OUTPUT_NAME = "probabilities"
+
+
+@dataclass(frozen=True)
+class VerifierHyperparameters:
+    epochs: int = 2
+    batch_size: int = 32
+    lr: float = 2e-4
+    head_lr: float = 2e-3
+    weight_decay: float = 0.01
+    warmup_share: float = 0.1
+    seed: int = 0
+
+    def as_manifest(self) -> dict[str, int | float | str]:
+        return {f"verifier_{key}": value for key, value in asdict(self).items()}
+
+
+class PairClassifier(torch.nn.Module):
+    def __init__(self, encoder: PreTrainedModel) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = torch.nn.Linear(int(encoder.config.hidden_size), len(LABELS))
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               token_type_ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return self.head(pooled)  # type: ignore[no-any-return]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.logits(input_ids, attention_mask, token_type_ids), dim=-1)
+
+
+def load_classifier(model_dir: Path, seed: int) -> PairClassifier:
+    torch.manual_seed(seed)
+    return PairClassifier(AutoModel.from_pretrained(str(model_dir), local_files_only=True))
+
+
+def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[int],
+          hyper: VerifierHyperparameters) -> float:
+    """Fine-tune in place; returns the last epoch's mean loss. Batches are made of pairs of
+    similar length (less padding, a third less time on short questions)."""
+    model.train()
+    for parameter in model.encoder.get_input_embeddings().parameters():
+        parameter.requires_grad = False
+    encoder = [p for p in model.encoder.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW([{"params": encoder, "lr": hyper.lr},
+                                   {"params": list(model.head.parameters()), "lr": hyper.head_lr}],
+                                  weight_decay=hyper.weight_decay)
+    batches = _length_batches(tokenizer, pairs, hyper.batch_size)
+    total = hyper.epochs * len(batches)
+    warmup = max(1, int(hyper.warmup_share * total))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
+    rng = random.Random(hyper.seed)
+    target = torch.tensor(list(labels), dtype=torch.long)
+    loss_sum = 0.0
+    for _ in range(hyper.epochs):
+        rng.shuffle(batches)
+        loss_sum = 0.0
+        for batch in batches:
+            feeds = {k: torch.from_numpy(v) for k, v in encode_pairs(tokenizer, [pairs[i] for i in batch]).items()}
+            loss = torch.nn.functional.cross_entropy(model.logits(**feeds), target[batch])
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+            optimiser.zero_grad()
+            loss_sum += float(loss.detach())
+    model.eval()
+    return loss_sum / max(1, len(batches))
+
+
+def _length_batches(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], size: int) -> list[list[int]]:
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(list(pairs))]
+    order = sorted(range(len(pairs)), key=lambda i: lengths[i])
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def score(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]],
+          batch_size: int = 128) -> npt.NDArray[np.float32]:
+    """P(same) per pair, from the torch model."""
+    out: list[npt.NDArray[np.float32]] = []
+    with torch.inference_mode():
+        for start in range(0, len(pairs), batch_size):
+            feeds = encode_pairs(tokenizer, pairs[start:start + batch_size])
+            probabilities = model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+            out.append(probabilities[:, 1].numpy().astype(np.float32))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+def export_onnx(model: PairClassifier, path: Path, opset: int = 17) -> None:
+    example = {k: torch.from_numpy(v) for k, v in encode_pairs_example().items()}
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    torch.onnx.export(model, (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
+                      str(path), input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+                      dynamic_axes={**axes, OUTPUT_NAME: {0: "batch"}}, opset_version=opset, dynamo=False)
+
+
+def encode_pairs_example() -> dict[str, npt.NDArray[np.int64]]:
+    ids = np.array([[101, 2003, 2009, 2330, 102, 2003, 2009, 2701, 102]], dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.array([[0, 0, 0, 0, 0, 1, 1, 1, 1]], dtype=np.int64)}
+
+
+def recipe(encoder_id: str) -> dict[str, str]:
+    import transformers
+
+    return {
+        "graph": f"cross-encoder: the packaged all-MiniLM-L6-v2 (as in {encoder_id}) over '[CLS] a [SEP] b [SEP]', "
+                 "mean-pooled -> Linear(384, 2) -> Softmax (different, same)",
+        "training": "fine-tuned on generated and project pairs (AdamW, linear warm-up and decay, word embeddings frozen)",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }

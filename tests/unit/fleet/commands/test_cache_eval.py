@@ -1,0 +1,57 @@
+"""`fleet cache-eval --pairs`: every near miss counts toward the false-hit rate, whatever its kind
+name (issue 25, item 5), and the verifier's verdicts cut what the cosine threshold lets through."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from fleet.commands.cache_eval import evaluate, load_pairs
+
+DIM = 8
+
+
+def vectors_for(pairs_and_cosines: list[tuple[str, str, float]]) -> dict[str, npt.NDArray[np.float32]]:
+    """Unit vectors whose a/b cosine is the given one (each pair in its own plane)."""
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    for i, (a, b, cosine) in enumerate(pairs_and_cosines):
+        x, y = np.zeros(DIM, dtype=np.float32), np.zeros(DIM, dtype=np.float32)
+        x[i % DIM], y[(i + 1) % DIM] = 1.0, 1.0
+        out[a] = x
+        out[b] = (cosine * x + np.sqrt(1 - cosine**2) * y).astype(np.float32)
+    return out
+
+
+def write_pairs(tmp_path: Path) -> Path:
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps({
+        "paraphrases": [{"a": "How do I reset my password?", "b": "How can I reset my password?"}],
+        "near_misses": [
+            {"a": "Did Marco pay Giulia back?", "b": "Did Giulia pay Marco back?", "kind": "swapped_roles"},
+            {"a": "Is the pool heated?", "b": "Is the pool unheated?", "kind": "my own kind"},
+        ]}), encoding="utf-8")
+    return path
+
+
+def test_a_kind_the_tool_does_not_know_counts_toward_the_false_hit_rate(tmp_path: Path) -> None:
+    pairs = load_pairs(write_pairs(tmp_path))
+    assert [(p.kind, p.should_hit) for p in pairs] == [("paraphrase", True), ("swapped_roles", False),
+                                                        ("my own kind", False)]
+    vectors = vectors_for([(p.a, p.b, 0.97) for p in pairs])
+    row = evaluate(pairs, vectors, 0.90, guards=False)
+    assert row.should_hit == 1.0
+    assert row.traps == 1.0, "both near misses of unknown kinds were served and must count"
+    assert row.by_kind == {"my own kind": 1.0, "paraphrase": 1.0, "swapped_roles": 1.0}
+
+
+def test_the_verifier_refuses_what_the_threshold_passes(tmp_path: Path) -> None:
+    pairs = load_pairs(write_pairs(tmp_path))
+    vectors = vectors_for([(p.a, p.b, 0.97) for p in pairs])
+    verdicts = np.array([0.99, 0.10, 0.95], dtype=np.float32)
+    row = evaluate(pairs, vectors, 0.90, False, verdicts, verifier_threshold=0.96)
+    assert row.verifier and row.should_hit == 1.0 and row.traps == 0.0
+    below = evaluate(pairs, vectors, 0.98, False, verdicts, verifier_threshold=0.5)  # cosine 0.97 < 0.98
+    assert below.should_hit == 0.0 and below.traps == 0.0

@@ -1,0 +1,110 @@
+"""The verifier's part of a semantic lookup, as pure logic: candidates from the index, the
+choice among them by score, the counters, the threshold descending within its budget, and
+the cost model counting the verifier per candidate."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from workers.cache.semantic import Candidate, SemanticCache, SemanticHit
+from workers.cache.semantic_cost import LookupCost
+from workers.cache.verified import candidate_pairs, choose
+
+DIM = 16
+
+
+def unit(seed: int) -> npt.NDArray[np.float32]:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def at_cosine(v: npt.NDArray[np.float32], cosine: float, seed: int = 99) -> npt.NDArray[np.float32]:
+    w = unit(seed)
+    w = w - (w @ v) * v
+    w /= np.linalg.norm(w)
+    return (cosine * v + np.sqrt(1 - cosine**2) * w).astype(np.float32)
+
+
+def test_candidates_are_the_neighbours_above_the_threshold_that_the_guard_passes() -> None:
+    cache = SemanticCache(DIM, threshold=0.80, guard=lambda a, b: "negation" if "not" in b else None)
+    v = unit(1)
+    cache.add(["is the pool open", "is the pool not open", "far away"],
+              np.stack([at_cosine(v, 0.9, 2), at_cosine(v, 0.95, 3), at_cosine(v, 0.5, 4)]), [b"a", b"b", b"c"])
+    (found,) = cache.candidates(["is the pool open now"], v[None, :])
+    assert [c.matched_text for c in found] == ["is the pool open"]  # the negation is guarded, the far one below
+    assert found[0].similarity == pytest.approx(0.9, abs=1e-5)
+    assert cache.hits == 0 and cache.misses == 0  # counted when settled
+
+
+def test_choose_takes_the_best_scored_candidate_at_or_above_the_threshold() -> None:
+    a, b, c = (Candidate(bytes([i]), 0.9 - i / 100, f"t{i}") for i in range(3))
+    candidates = [[a, b], [c], []]
+    assert candidate_pairs(["x", "y", "z"], candidates) == [("x", "t0"), ("x", "t1"), ("y", "t2")]
+    chosen = choose(candidates, np.array([0.4, 0.97, 0.6], dtype=np.float32), threshold=0.95)
+    assert chosen == [(b, pytest.approx(0.97)), None, None]
+
+
+def test_choose_judges_only_the_top_k_and_checks_the_score_count() -> None:
+    found = [[Candidate(b"", 0.9, f"t{i}") for i in range(5)]]
+    assert len(candidate_pairs(["x"], found, top_k=3)) == 3
+    assert choose(found, np.array([0.1, 0.2, 0.99], dtype=np.float32), 0.5, top_k=3)[0][0].matched_text == "t2"
+    with pytest.raises(ValueError):
+        choose(found, np.array([0.1, 0.2], dtype=np.float32), 0.5, top_k=3)
+
+
+def test_settle_counts_hits_and_misses() -> None:
+    cache = SemanticCache(DIM, verify_fraction=0.0)
+    hits = cache.settle([(Candidate(b"x", 0.9, "t"), 0.99), None])
+    assert isinstance(hits[0], SemanticHit) and hits[0].verifier_score == 0.99 and hits[1] is None
+    assert cache.hits == 1 and cache.misses == 1
+
+
+def _verify(cache: SemanticCache, n: int, false_at: tuple[int, ...] = ()) -> None:
+    for i in range(n):
+        hit = SemanticHit(b"", 0.9, "t", verify=True, threshold=cache.threshold)
+        cache.record_verification(hit, agreed=i not in false_at)
+
+
+def test_the_threshold_descends_while_verified_hits_stay_within_half_the_budget(caplog: pytest.LogCaptureFixture) -> None:
+    cache = SemanticCache(DIM, threshold=0.85, min_threshold=0.80, false_hit_budget=0.02, min_verifications=10,
+                          window=50, threshold_step=0.01)
+    with caplog.at_level(logging.WARNING):
+        _verify(cache, 49)
+        assert cache.threshold == 0.85  # the window is not full yet
+        _verify(cache, 1)
+        assert cache.threshold == pytest.approx(0.84)
+        _verify(cache, 50 * 10)
+    assert cache.threshold == pytest.approx(0.80)  # the floor holds
+    assert cache.threshold_changes == {"raised": 0, "lowered": 5}
+    assert sum("threshold lowered" in r.message for r in caplog.records) == 5
+
+
+def test_no_descent_near_the_budget_and_a_raise_above_it() -> None:
+    cache = SemanticCache(DIM, threshold=0.85, min_threshold=0.80, false_hit_budget=0.02, min_verifications=10,
+                          window=50)
+    _verify(cache, 50, false_at=(49,))  # one false hit in 50: 2%, within the budget but not half of it
+    assert cache.threshold == 0.85
+    _verify(cache, 50, false_at=tuple(range(0, 50, 5)))  # 20%: over
+    assert cache.threshold > 0.85 and cache.threshold_changes["raised"] >= 1
+
+
+def test_without_a_floor_the_threshold_never_descends() -> None:
+    cache = SemanticCache(DIM, threshold=0.90, min_verifications=10, window=20)
+    _verify(cache, 200)
+    assert cache.threshold == 0.90 and cache.threshold_changes["lowered"] == 0
+
+
+def test_the_cost_model_counts_the_verifier_per_candidate() -> None:
+    cost = LookupCost(alpha=1.0)
+    cost.record_model(10, 10.0)
+    cost.record_model(20, 20.0)  # one more model row costs 1 ms
+    cost.record_lookup(10, 8, encoder_ms=2.0, candidates=5, verifier_ms=5.0)
+    assert cost.verifier_ms_per_row == pytest.approx(0.5)  # 1 ms per candidate x 0.5 candidates per row
+    assert cost.cost_ms_per_row == pytest.approx(0.7)
+    assert cost.paying  # hits save 0.8 ms per row, lookups cost 0.7
+    cost.record_lookup(10, 8, encoder_ms=2.0, candidates=10, verifier_ms=20.0)
+    assert cost.cost_ms_per_row == pytest.approx(2.2) and not cost.paying  # a dear verifier stays off

@@ -1,0 +1,70 @@
+"""The semantic cache's verifier at serving time: the registered cache-verifier cross-encoder,
+which reads a new text and a cached one together and says whether the cached answer fits.
+
+It runs on ONNX Runtime on CPU (INT8 when registered), one thread that does not spin, over all
+the candidate pairs of a batch at once (the caller runs it off the event loop). Its operating
+threshold is the one the build calibrated on held-out pairs and recorded in the manifest's
+check figures; a manifest without one is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from models.backends.onnx import open_session
+from models.pair_feeds import encode_pairs, pair_tokenizer
+from models.registry import ModelManifest, ModelNotFound, ModelRegistry
+
+log = logging.getLogger(__name__)
+
+VERIFIER_MODEL_NAME = "cache-verifier"
+THRESHOLD_FIGURE = "operating_threshold"
+_SUB_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    scores: npt.NDArray[np.float32]  # P(same) per pair
+    elapsed_ms: float
+
+
+class CacheVerifier:
+    def __init__(self, manifest: ModelManifest, registry: ModelRegistry) -> None:
+        threshold = manifest.check.figures.get(THRESHOLD_FIGURE)
+        if threshold is None or manifest.labels != ("different", "same"):
+            raise ValueError(f"{manifest.id} is not a calibrated cache verifier (no {THRESHOLD_FIGURE} in its check)")
+        registry.verify(manifest)
+        self.manifest = manifest
+        self.threshold = float(threshold)
+        self._session = open_session(registry.path_of(manifest, manifest.onnx_file), device="cpu",
+                                     intra_op_threads=1, spinning=False)
+        self._tokenizer = pair_tokenizer(registry.path_of(manifest, manifest.tokenizer_file), manifest.max_length)
+        self._lock = threading.Lock()  # the Rust tokenizer is shared state
+
+    @classmethod
+    def newest(cls, registry: ModelRegistry, precision: str = "int8") -> CacheVerifier | None:
+        """The newest registered verifier of `precision` (else of any precision); None when none is built."""
+        for wanted in (precision, None):
+            try:
+                return cls(registry.resolve(VERIFIER_MODEL_NAME, None, wanted), registry)
+            except ModelNotFound:
+                continue
+        return None
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> Verdicts:
+        """P(same) for each (new text, cached text)."""
+        started = time.perf_counter()
+        out: list[npt.NDArray[np.float32]] = []
+        for start in range(0, len(pairs), _SUB_BATCH):
+            with self._lock:
+                feeds = encode_pairs(self._tokenizer, pairs[start:start + _SUB_BATCH])
+            out.append(np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)[:, 1])
+        scores = np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+        return Verdicts(scores, (time.perf_counter() - started) * 1000)
