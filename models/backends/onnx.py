@@ -85,6 +85,24 @@ def open_session(model_file: Path, *, device: str, intra_op_threads: int,
     return session
 
 
+def open_version_session(registry: ModelRegistry, manifest: ModelManifest,
+                         options: RuntimeOptions) -> ort.InferenceSession:
+    """A session on a registered version's graph, once its files match their hashes and the graph's
+    inputs are the ones its manifest declares."""
+    providers_for(options.device)  # an impossible device fails before hashing ~100 MB
+    # Hashes before the session: a tampered or half-copied model must never be run.
+    registry.verify(manifest)
+    session = open_session(registry.path_of(manifest, manifest.onnx_file), device=options.device,
+                           intra_op_threads=options.intra_op_threads,
+                           graph_optimization=options.graph_optimization,
+                           memory_headroom=options.memory_headroom, spinning=options.spinning)
+    declared = sorted(spec.name for spec in manifest.inputs)
+    actual = sorted(node.name for node in session.get_inputs())
+    if declared != actual:
+        raise ValueError(f"{manifest.id}: manifest declares inputs {declared}, graph has {actual}")
+    return session
+
+
 class OnnxEmbeddingBackend(TokenizedBackend):
     """A registered embedding model version served by ONNX Runtime.
 
@@ -101,17 +119,7 @@ class OnnxEmbeddingBackend(TokenizedBackend):
     @classmethod
     def load(cls, registry: ModelRegistry, manifest: ModelManifest,
              options: RuntimeOptions = RuntimeOptions()) -> OnnxEmbeddingBackend:
-        providers_for(options.device)  # an impossible device fails before hashing ~100 MB
-        # Hashes before the session: a tampered or half-copied model must never be run.
-        registry.verify(manifest)
-        session = open_session(registry.path_of(manifest, manifest.onnx_file), device=options.device,
-                               intra_op_threads=options.intra_op_threads,
-                               graph_optimization=options.graph_optimization,
-                               memory_headroom=options.memory_headroom, spinning=options.spinning)
-        declared = [spec.name for spec in manifest.inputs]
-        actual = [node.name for node in session.get_inputs()]
-        if sorted(declared) != sorted(actual):
-            raise ValueError(f"{manifest.id}: manifest declares inputs {declared}, graph has {actual}")
+        session = open_version_session(registry, manifest, options)
         # The graph's position table ends at the manifest's max_length; never feed more.
         tokenizer = BatchTokenizer.of(registry, manifest, options.max_input_tokens)
         backend = cls(manifest, session, tokenizer, options.device, length_bucket_size=options.length_bucket_size)

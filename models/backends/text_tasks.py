@@ -16,7 +16,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from models.backends.encodings import RowsOfRequests, TaskTokenizer
-from models.backends.onnx import open_session, providers_for
+from models.backends.onnx import open_version_session
 from models.backends.options import RuntimeOptions
 from models.registry import ModelManifest, ModelRegistry
 from models.tasks.token_classification import TokenScores
@@ -41,16 +41,7 @@ class _OnnxTextTaskBackend:
     @classmethod
     def load(cls, registry: ModelRegistry, manifest: ModelManifest,
              options: RuntimeOptions = RuntimeOptions()) -> _OnnxTextTaskBackend:
-        providers_for(options.device)
-        registry.verify(manifest)  # a tampered or half-copied model is never run
-        session = open_session(registry.path_of(manifest, manifest.onnx_file), device=options.device,
-                               intra_op_threads=options.intra_op_threads,
-                               graph_optimization=options.graph_optimization,
-                               memory_headroom=options.memory_headroom, spinning=options.spinning)
-        declared = sorted(spec.name for spec in manifest.inputs)
-        actual = sorted(node.name for node in session.get_inputs())
-        if declared != actual:
-            raise ValueError(f"{manifest.id}: manifest declares inputs {declared}, graph has {actual}")
+        session = open_version_session(registry, manifest, options)
         tokenizer = TaskTokenizer.of(registry, manifest, options.max_input_tokens)
         return cls(manifest, session, tokenizer, options.device, length_bucket_size=options.length_bucket_size)
 
