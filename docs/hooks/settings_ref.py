@@ -70,13 +70,18 @@ def default_of(info: FieldInfo) -> str:
     return str(value) if isinstance(value, Path) else repr(value)
 
 
+def anchored(env: str) -> str:
+    """The variable's cell, with an anchor a page can link to: `settings.md#fleet_grpc_port`."""
+    return f'<a id="{env.lower()}"></a>{code(env)}'
+
+
 def class_section(cls: type) -> str:
     doc = (typing.cast(str, cls.__doc__ or "")).strip().split("\n\n")[0]
     bases = ", ".join(f"`{base.__name__}`" for base in cls.__bases__ if hasattr(base, "model_fields"))
     lines = [f"## {cls.__name__}", "", f"`{cls.__module__}.{cls.__name__}`" + (f", adds to {bases}" if bases else "")]
     if doc and not doc.startswith("Usage docs"):
         lines += ["", " ".join(doc.split())]
-    rows = [(code(env_name(cls, name, info)), code(type_name(info.annotation)), code(default_of(info)),
+    rows = [(anchored(env_name(cls, name, info)), code(type_name(info.annotation)), code(default_of(info)),
              info.description or "") for name, info in own_fields(cls).items()]
     lines += ["", table(("variable", "type", "default", "description"), rows) if rows else "(no fields of its own)"]
     return "\n".join(lines)
