@@ -10,8 +10,9 @@ value and the allocator's size classes for both, but not a TTL's entry in the ex
 32 B more a key). It is summed over the keys written, so other clients' writes and frees meanwhile
 do not count: a `used_memory` delta did, and expiring keys of earlier runs once made a label's cache
 entry measure -70 B. Kinds: a 384-float embedding result (minilm-embed) and a
-label-and-score result (faq-intent). The figures feed the README's "Sizing" arithmetic: Redis
-memory = results per TTL x bytes per result + cache entries x bytes per entry + unread replies.
+label-and-score result (faq-intent). The figures feed the "Sizing" arithmetic of
+docs/how-to/scale.md: Redis memory = results per TTL x bytes per result + cache entries x bytes
+per entry + unread replies.
 """
 
 from __future__ import annotations

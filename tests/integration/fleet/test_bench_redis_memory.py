@@ -1,4 +1,5 @@
-"""The Redis memory figures the README's sizing arithmetic rests on, measured on the real Redis."""
+"""The Redis memory figures the sizing arithmetic of docs/how-to/scale.md rests on, measured on
+the real Redis."""
 
 from common.clients import redis_client
 from common.settings import FleetSettings
