@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import subprocess
@@ -36,6 +37,7 @@ from common.topics import ensure_topics
 from fleet.bench.fleet_process import WorkerProcess, bench_alias, process_cpu_s
 from fleet.bench.http_load import HttpSamples, closed_loop_http
 from fleet.bench.oip_requests import ROUTES, route_requests
+from fleet.bench.plots import plot_beside
 from fleet.bench.stats import percentile
 from fleet.bench.workload import support_queries
 from fleet.tables import format_table
@@ -71,6 +73,25 @@ class Row:
                 f"{percentile(self.samples.latencies_ms, 50):.1f}", f"{percentile(self.samples.latencies_ms, 99):.1f}",
                 f"{self.gateway_cpu_s * 1000 / done:.3f}", f"{self.worker_cpu_s * 1000 / done:.3f}",
                 f"{self.load_cpu_s * 1000 / done:.3f}", f"{failed} ({codes})" if failed else "0"]
+
+
+    def record(self) -> dict[str, object]:
+        """The row as the JSON document holds it (and fleet/bench/plots.py draws it)."""
+        done = max(self.samples.completed, 1)
+        return {"processes": self.processes, "path": self.path, "route": self.route, "callers": self.callers,
+                "requests_per_s": self.samples.completed / self.samples.window_s,
+                "p50_ms": percentile(self.samples.latencies_ms, 50), "p99_ms": percentile(self.samples.latencies_ms, 99),
+                "gateway_cpu_ms": self.gateway_cpu_s * 1000 / done, "worker_cpu_ms": self.worker_cpu_s * 1000 / done,
+                "load_cpu_ms": self.load_cpu_s * 1000 / done,
+                "non_200": {str(status): count for status, count in self.samples.statuses.items() if status != 200}}
+
+
+def write_json(path: Path, rows: Sequence[Row], args: argparse.Namespace) -> Path:
+    """The run's rows beside its logs' parent (`<home>/bench/gateway.json`); NaN latencies stay NaN."""
+    meta = {"started": f"{datetime.now():%Y-%m-%d %H:%M}", "seconds": args.seconds,
+            "caption": "scripts/bench gateway: every answer an exact-cache hit, one worker on the sim device"}
+    path.write_text(json.dumps({"meta": meta, "gateway_rows": [row.record() for row in rows]}, indent=1))
+    return path
 
 
 HEADERS = ("gateway processes", "model routes", "route", "callers", "req/s", "p50 ms", "p99 ms", "gateway CPU ms/req", "worker CPU ms/req",
@@ -178,6 +199,7 @@ async def main_async(args: argparse.Namespace) -> int:
         await redis.aclose()
     print(f"\nevery answer an exact-cache hit; worker on the sim device; logs in {logs}\n")
     print(format_table(HEADERS, [row.cells() for row in rows]))
+    plot_beside(write_json(settings.home / "bench" / "gateway.json", rows, args))
     return 0 if all(not math.isnan(percentile(row.samples.latencies_ms, 50)) for row in rows) else 1
 
 

@@ -30,12 +30,14 @@ def kind_of(document: Document) -> str:
     """Which bench wrote the document, from what it holds."""
     if "cache_scenario" in document:
         return "cache"
+    if "gateway_rows" in document:
+        return "gateway"
     rows = document.get("rows", [])
     if rows and "preset" in rows[0]:
         return "device"
     if rows and "saturation" in rows[0]:
         return "batching"
-    raise ValueError("not a batching, cache or device bench document")
+    raise ValueError("not a batching, cache, device or gateway bench document")
 
 
 def batching_figure(document: Document) -> Any:
@@ -129,8 +131,36 @@ def cache_figure(document: Document) -> Any:
     return figure
 
 
+def gateway_figure(document: Document) -> Any:
+    """req/s and the gateway's CPU per request against callers: one line per process count, model
+    route path (fast path or FastAPI) and route (/v1 or the Open Inference Protocol's)."""
+    plt = pyplot()
+    figure, (throughput, cpu) = plt.subplots(1, 2, figsize=(11, 4.2))
+    rows = document["gateway_rows"]
+    markers = {"/v1": "o", "OIP JSON": "s", "OIP binary": "^"}
+    for processes, path, route in sorted({(row["processes"], row["path"], row["route"]) for row in rows}):
+        mine = sorted((row for row in rows if (row["processes"], row["path"], row["route"]) == (processes, path, route)),
+                      key=lambda row: row["callers"])
+        callers = [row["callers"] for row in mine]
+        style = {"color": FLEET_COLOR if path == "fast path" else RAW_COLOR, "marker": markers.get(route, "o"),
+                 "linestyle": "-" if processes == 1 else "--",
+                 "label": f"{processes} process{'es' if processes > 1 else ''}, {path}"
+                          + ("" if route == "/v1" else f", {route}")}
+        throughput.plot(callers, [row["requests_per_s"] for row in mine], **style)
+        cpu.plot(callers, [row["gateway_cpu_ms"] for row in mine], **style)
+    for axes, title, unit in ((throughput, "Cached answers through the gateway", "requests / s"),
+                              (cpu, "Gateway CPU per request", "ms")):
+        axes.set(title=title, xlabel="closed-loop callers", ylabel=unit, xscale="log", ylim=(0, None))
+        ticks = sorted({row["callers"] for row in rows})
+        axes.set_xticks(ticks, labels=[str(tick) for tick in ticks])
+        axes.set_xticks([], minor=True)  # the log axis's own minor labels would overlap the callers'
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    return figure
+
+
 FIGURES: dict[str, Callable[[Document], Any]] = {"batching": batching_figure, "device": device_figure,
-                                                 "cache": cache_figure}
+                                                 "cache": cache_figure, "gateway": gateway_figure}
 
 
 def plot(document: Document, path: Path) -> Path:
@@ -161,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fleet.bench.plots",
                                      description="Draw the PNG plots of saved benchmark JSON documents.")
     parser.add_argument("documents", nargs="+", type=Path, help="JSON written by scripts/bench (batching, cache, "
-                        "device)")
+                        "device, gateway)")
     parser.add_argument("--out", type=Path, help="folder for the PNGs (default: beside each JSON)")
     args = parser.parse_args(argv)
     for source in args.documents:

@@ -15,7 +15,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("name, kind", [("batching-2026-12-02.json", "batching"), ("device-2026-12-02.json", "device"),
-                                        ("cache-2026-11-30.json", "cache")])
+                                        ("cache-2026-11-30.json", "cache"), ("gateway-2026-12-02.json", "gateway")])
 def test_a_recorded_document_is_plotted_beside_itself(tmp_path: Path, name: str, kind: str) -> None:
     document = tmp_path / name
     document.write_text((RECORDED / name).read_text())
@@ -41,7 +41,7 @@ def test_the_command_draws_into_another_folder(tmp_path: Path) -> None:
 
 
 def test_a_document_of_no_known_bench_is_refused() -> None:
-    with pytest.raises(ValueError, match="not a batching, cache or device"):
+    with pytest.raises(ValueError, match="not a batching, cache, device or gateway"):
         kind_of({"rows": [{"something": 1}]})
 
 
@@ -60,4 +60,26 @@ def test_the_batching_bench_writes_json_that_plots(tmp_path: Path) -> None:
     path = tmp_path / "batching-test.json"
     write_json(path, meta={"started": "test"}, workload={}, rows=rows, checks=[], length_aware="not measured")
     assert kind_of(json.loads(path.read_text())) == "batching"
+    assert plot_beside(path).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_the_gateway_bench_writes_json_that_plots(tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from fleet.bench.gateway import Row as GatewayRow
+    from fleet.bench.gateway import write_json
+    from fleet.bench.http_load import HttpSamples
+
+    def samples(callers: int) -> HttpSamples:
+        return HttpSamples(window_s=8.0, latencies_ms=[float(1 + i % 30) for i in range(8 * callers)],
+                           statuses={200: 8 * callers - 2, 429: 2})
+
+    rows = [GatewayRow(processes, path, route, callers, samples(callers), 0.2 * callers, 0.1 * callers, 0.02 * callers)
+            for processes in (1, 2) for path, route in (("fast path", "/v1"), ("FastAPI", "/v1"), ("fast path", "OIP binary"))
+            for callers in (64, 128)]
+    path = write_json(tmp_path / "gateway.json", rows, Namespace(seconds=8.0))
+    document = json.loads(path.read_text())
+    assert kind_of(document) == "gateway"
+    assert document["gateway_rows"][0]["non_200"] == {"429": 2}
+    assert document["gateway_rows"][0]["requests_per_s"] == 64.0
     assert plot_beside(path).read_bytes().startswith(PNG_MAGIC)
