@@ -15,7 +15,8 @@ from fleet.commands.dlq import replayed_cell
 from fleet.commands.keys import when
 from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
 from fleet.commands.rollout import OPERATOR_ACTIONS
-from fleet.console.sources import Gathered, overview, worker_row
+from fleet.console.assignments import partitions_of_worker
+from fleet.console.sources import Gathered, Outage, overview, worker_row
 from fleet.console.web import console_of, operator_of, render
 from models.registry import ModelRegistry
 from versions.pointers import VersionPointers
@@ -71,9 +72,14 @@ async def versions_page(request: Request) -> HTMLResponse:
 async def workers_page(request: Request) -> HTMLResponse:
     operator = await operator_of(request)
     gathered = Gathered()
-    workers = await gathered.read("Redis", "workers", list_workers(console_of(request).redis), [])
+    console = console_of(request)
+    workers = await gathered.read("Redis", "workers", list_workers(console.redis), [])
+    if console.monitor.problem is not None:
+        gathered.outages.append(Outage("Kafka", "the partitions each worker holds", console.monitor.problem))
+    held = console.monitor.assignments
     return render(request, "workers.html", operator, outages=gathered.outages, workers=[worker_row(w) | {
-        "model": w.model} for w in workers])
+        "model": w.model, "partitions": partitions_of_worker(held, w.model, w.worker)} for w in workers],
+        sampled_at=format_ms(int(console.monitor.sampled_at * 1000)))
 
 
 @router.get("/tenants", response_class=HTMLResponse)

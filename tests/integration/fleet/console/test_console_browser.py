@@ -249,6 +249,37 @@ async def _refusals(console: ConsoleSite, browser: WebDriver, admin: httpx.Clien
     assert not await is_drained(redis, "console-w1")
 
 
+def held_partitions(driver: WebDriver, url: str) -> dict[str, set[str]]:
+    """The Workers page, loaded again: the partitions each worker of MODEL holds."""
+    driver.get(url + "/workers")
+    rows = driver.find_elements(By.CSS_SELECTOR, "tr[data-worker]")
+    return {str(row.get_attribute("data-worker")): set((row.find_element(
+        By.CSS_SELECTOR, ".partitions-held").get_attribute("data-partitions") or "").split())
+        for row in rows if row.find_elements(By.XPATH, f"./td[2][text()='{MODEL}']")}
+
+
+async def test_a_drain_moves_the_workers_partitions_to_the_other_worker(
+        console: ConsoleSite, browser: WebDriver, console_workers: list[Process], redis: Redis) -> None:
+    sign_in(browser, console, console.admin_key)
+    before = wait_for(browser, lambda d: (h := held_partitions(d, console.url)).get("console-w1")
+                      and h.get("console-w2") and h, "both workers holding partitions")
+    every = before["console-w1"] | before["console-w2"]
+    drain = browser.find_element(By.CSS_SELECTOR, "tr[data-worker='console-w1'] form button")
+    assert drain.text == "drain"
+    submit(browser, drain)
+    try:
+        wait_for(browser, lambda d: (h := held_partitions(d, console.url)).get("console-w1") == set()
+                 and h.get("console-w2") == every, "console-w1's partitions moving to console-w2")
+        screenshot(browser, "workers-drained")
+    finally:
+        undrain = browser.find_element(By.CSS_SELECTOR, "tr[data-worker='console-w1'] form button")
+        assert undrain.text == "undrain"
+        submit(browser, undrain)
+    assert not await is_drained(redis, "console-w1")
+    wait_for(browser, lambda d: held_partitions(d, console.url).get("console-w1"),
+             "console-w1 holding partitions again after the undrain")
+
+
 async def test_debug_traces_switch_on_and_show_redacted_inputs(
         console: ConsoleSite, browser: WebDriver, console_workers: list[Process], client: FleetClient,
         producer: AIOKafkaProducer, redis: Redis) -> None:
