@@ -85,7 +85,11 @@ async def test_overview_shows_both_workers_and_the_lag_rising_then_draining(
         row.get_attribute("data-worker") for row in d.find_elements(By.CSS_SELECTOR, f"#model-{MODEL} tr[data-worker]")},
         "both workers back on the overview")
     text = wait_for(browser, lambda d: d.find_element(By.ID, f"model-{MODEL}").text, "the model's section")
-    assert "time to drain" in text and "requests in all" in text
+    assert "time to drain" in text and "requests in all" in text and "cache" in text
+    # Each worker's heartbeat carries its last batch's size and its effective max batch size.
+    batches = wait_for(browser, lambda d: [cell.text for cell in d.find_elements(
+        By.CSS_SELECTOR, f"#model-{MODEL} tr[data-worker] .batch") if cell.text != "-"], "batch sizes on the overview")
+    assert all(re.fullmatch(r"[1-9]\d* / [1-9]\d*", batch) for batch in batches), batches
     screenshot(browser, "overview")
 
 
