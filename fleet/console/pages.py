@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from common.auth_keys import list_keys
 from common.heartbeats import list_workers
+from common.tenant_usage import ADMITTED, RATE, WAITS, TenantUsage, read_usage
 from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, format_ends, letter_fields,
                                       replay_marks, select_letters)
 from fleet.commands.dlq import replayed_cell
@@ -23,6 +25,16 @@ from versions.pointers import VersionPointers
 from versions.rollout import read_report
 
 router = APIRouter()
+USAGE_ROWS = 200  # the busiest tenants of the hour
+
+
+def usage_row(usage: TenantUsage) -> dict[str, object]:
+    use = usage.busiest_use
+    return {"tenant": usage.tenant, "minute": usage.this_minute[ADMITTED], "hour": usage.last_hour[ADMITTED],
+            "rate": usage.last_hour[RATE], "waits": usage.last_hour[WAITS],
+            "minute_refused": usage.this_minute[RATE] + usage.this_minute[WAITS],
+            "limit": "-" if usage.rps_limit is None else f"{usage.rps_limit:g}/s",
+            "use": "-" if use is None else f"{use:.0%}"}
 
 
 async def _overview_context(request: Request) -> tuple[Gathered, dict[str, object]]:
@@ -87,10 +99,12 @@ async def tenants_page(request: Request) -> HTMLResponse:
     operator = await operator_of(request)
     gathered = Gathered()
     records = await gathered.read("Redis", "keys", list_keys(console_of(request).redis), [])
+    usage = await gathered.read("Redis", "quota use and refusals", read_usage(console_of(request).redis, time.time()), {})
     keys = [{"key_id": r.key_id, "tenant": r.tenant, "created": when(r.created_ms), "active": r.active,
              "state": "active" if r.active else f"revoked {when(r.revoked_ms)}"} for r in records]
     return render(request, "tenants.html", operator, outages=gathered.outages, keys=keys,
-                  operators=console_of(request).settings.tenant_roles())
+                  operators=console_of(request).settings.tenant_roles(), usage=[usage_row(u) for u in sorted(
+                      usage.values(), key=lambda u: (-sum(u.last_hour.values()), u.tenant))][:USAGE_ROWS])
 
 
 def _letter_row(entry: DeadLetterEntry, replayed: str) -> dict[str, object]:
