@@ -12,7 +12,7 @@ from common.auth_keys import list_keys
 from common.heartbeats import list_workers
 from common.tenant_usage import ADMITTED, RATE, WAITS, TenantUsage, read_usage
 from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, format_ends, letter_fields,
-                                      replay_marks, select_letters)
+                                      replay_marks, select_letters, time_bound)
 from fleet.commands.dlq import replayed_cell
 from fleet.commands.keys import when
 from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
@@ -22,6 +22,7 @@ from fleet.console.sources import Gathered, Outage, overview, worker_row
 from fleet.console.web import console_of, operator_of, render
 from models.registry import ModelRegistry
 from versions.pointers import VersionPointers
+from schemas.wire import now_ms
 from versions.rollout import read_report
 
 router = APIRouter()
@@ -119,14 +120,20 @@ async def dlq_page(request: Request) -> HTMLResponse:
     console = console_of(request)
     model = request.query_params.get("model") or None
     code = request.query_params.get("code") or None
+    since, until = (request.query_params.get(name, "")[:64] for name in ("since", "until"))
+    try:
+        bounds, filter_problem = (time_bound(since, now_ms()), time_bound(until, now_ms())), ""
+    except ValueError as exc:  # said on the page, next to the filter; the letters show unfiltered by time
+        bounds, filter_problem = (None, None), str(exc)
     gathered = Gathered()
     every = await gathered.read("Kafka", "dead letters", console.letters.entries(), [])
-    chosen = select_letters(every, model=model, code=code, limit=200)
+    chosen = select_letters(every, model=model, code=code, limit=200, since_ms=bounds[0], until_ms=bounds[1])
     marks = await gathered.read("Redis", "replay marks and the audit log",
                                 replay_marks(console.redis, [e.ref for e in chosen]), {})
     audit = await gathered.read("Redis", "replay marks and the audit log", audit_entries(console.redis), [])
     ends = console.letters.ends
     return render(request, "dlq.html", operator, outages=gathered.outages, model=model or "", code=code or "",
+                  since=since, until=until, filter_problem=filter_problem,
                   counts=counts_by_code(every), letters=[_letter_row(e, replayed_cell(marks.get(e.ref))) for e in chosen],
                   audit=[a | {"time": format_ms(int(a.get("time_ms", "0")))} for a in audit], ends=format_ends(ends))
 

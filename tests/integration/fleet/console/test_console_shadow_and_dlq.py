@@ -1,6 +1,7 @@
-"""The Shadow page in a real Chromium: agreement over time and latency per version as uPlot
-plots, and the worst disagreements with their inputs redacted, from comparisons on the real
-comparisons topic (as the shadow worker writes them)."""
+"""The Shadow page and the Dead letters page's time filter, in a real Chromium against the real
+stack: agreement over time and latency per version as uPlot plots, and the worst disagreements
+with their inputs redacted, from comparisons on the real comparisons topic (as the shadow
+worker writes them); dead letters of one code filtered by since/until."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.expected_conditions import staleness_of
 
 from common.settings import FleetSettings
 from common.topics import ensure_topics
-from schemas.names import comparisons_topic, versions_key
+from schemas.names import DLQ_TOPIC, comparisons_topic, requests_topic, versions_key
 from schemas.shadow import Comparison, ComparisonKind, LiveSource
-from schemas.wire import now_ms
+from schemas.wire import DeadLetter, now_ms
 from tests.integration.conftest import MODEL
 from tests.integration.fleet.console.conftest import ConsoleSite, screenshot, sign_in, wait_for
+from workers.delivery.dead_letters import DeadLetterPolicy
 
 SECRET_INPUT = "mail dave.private@example.com the invoice"
 
@@ -52,3 +55,31 @@ async def test_the_shadow_page_plots_agreement_and_latency_and_masks_the_worst_i
     assert candidate in browser.find_element(By.CSS_SELECTOR, section).text
     assert "dave.private" not in browser.page_source
     screenshot(browser, "shadow")
+
+
+async def test_dead_letters_are_filtered_by_time(console: ConsoleSite, browser: WebDriver,
+                                                 producer: AIOKafkaProducer) -> None:
+    code = f"time_filter_{secrets.token_hex(3)}"
+    now = now_ms()
+    for age_ms, reason in ((2 * 3600_000, "two hours old"), (0, "fresh")):
+        letter = DeadLetter(reason=reason, code=code, topic=requests_topic(MODEL), partition=0, offset=0,
+                            time_ms=now - age_ms)
+        await producer.send(DLQ_TOPIC, DeadLetterPolicy(keep_original=False).outgoing(letter).encode())
+    await producer.flush()
+
+    def reasons() -> list[str]:
+        return [row.find_elements(By.TAG_NAME, "td")[-1].text
+                for row in browser.find_elements(By.CSS_SELECTOR, "#letters tr[data-ref]")]
+    sign_in(browser, console, console.admin_key)
+    browser.get(f"{console.url}/dlq?code={code}")
+    assert sorted(reasons()) == ["fresh", "two hours old"]
+    browser.find_element(By.ID, "since").send_keys("1h")
+    page = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    wait_for(browser, staleness_of(page), "the filtered page")
+    assert "since=1h" in browser.current_url and reasons() == ["fresh"]
+    browser.get(f"{console.url}/dlq?code={code}&until=1h")
+    assert reasons() == ["two hours old"]
+    browser.get(f"{console.url}/dlq?code={code}&since=yesterday")
+    assert "not a time: 'yesterday'" in browser.find_element(By.ID, "filter-problem").text
+    assert sorted(reasons()) == ["fresh", "two hours old"]
