@@ -35,6 +35,7 @@ class HealthState(StrEnum):
 
 PRIMARY = "primary"  # the value of workers.settings.Role.primary
 SERVING_STATES = frozenset({HealthState.healthy.value, HealthState.degraded.value})
+CACHE_FIELD_PREFIX = "cache_"  # heartbeat fields `cache_<tier>_hits`, `cache_<tier>_misses`
 INDEX_GRACE_MS = 60_000  # index entries this long past their expiry are pruned
 
 
@@ -51,6 +52,9 @@ class BeatFields:
     reason: str
     version: str
     lag: int
+    batch: int = 0  # records in the worker's last batch
+    max_batch: int = 0  # its effective max batch size now (0: not reported)
+    cache: tuple[tuple[str, int], ...] = ()  # lookups since start: (`<tier>_hits` | `<tier>_misses`, count)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ class WorkerInfo:
     beat_ms: int
     age_s: float  # since the last beat, when listed
     drained: bool = False
+    batch: int = 0  # last batch's records; 0 in a heartbeat written before batch sizes were reported
+    max_batch: int = 0
+    cache: tuple[tuple[str, int], ...] = ()  # from the `cache_*` fields; empty in older heartbeats
 
     @property
     def serving_primary(self) -> bool:
@@ -143,7 +150,10 @@ def _parse(raw: dict[bytes | str, bytes | str], now_s: float) -> WorkerInfo | No
         return WorkerInfo(worker=fields["worker"], model=fields["model"], role=fields.get("role", ""),
                           device=fields.get("device", ""), state=fields.get("state", ""),
                           reason=fields.get("reason", ""), version=fields.get("version", ""),
-                          lag=int(fields.get("lag", "0")), beat_ms=beat_ms, age_s=max(now_s - beat_ms / 1000, 0.0))
+                          lag=int(fields.get("lag", "0")), beat_ms=beat_ms, age_s=max(now_s - beat_ms / 1000, 0.0),
+                          batch=int(fields.get("batch", "0")), max_batch=int(fields.get("max_batch", "0")),
+                          cache=tuple(sorted((k.removeprefix(CACHE_FIELD_PREFIX), int(v)) for k, v in fields.items()
+                                             if k.startswith(CACHE_FIELD_PREFIX))))
     except (KeyError, ValueError):
         log.warning("unreadable heartbeat %r", fields)
         return None

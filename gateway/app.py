@@ -43,6 +43,7 @@ from gateway.oip.rest import OipRoutes, is_oip
 from gateway.oip.service import OipService
 from gateway.model_requests import INFER_ROUTE, SUBMIT_ROUTE, ModelRequests
 from gateway.quotas import QuotaBook, TenantQuotas
+from gateway.tenant_usage import UsageTally, publish_usage
 from gateway.readiness import Readiness
 from gateway.responses import InternalErrors, Outcomes, SafeJSONResponse, install_error_handlers
 from gateway.settings import GatewaySettings
@@ -93,7 +94,7 @@ def gateway_client(settings: GatewaySettings) -> FleetClient:
 
 
 def _lifespan(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics, grpc: GrpcServer, *,
-              auth_on: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              auth_on: bool, usage: UsageTally) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start the client and the gRPC server with the app; stop them, bounded, with it."""
 
     @asynccontextmanager
@@ -105,9 +106,12 @@ def _lifespan(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMet
         await grpc.start()  # nothing without FLEET_GRPC_PORT
         following = (asyncio.create_task(metrics.follow_reader(lambda: _reader_down(fleet)))
                      if metrics.multiprocess else None)
+        publishing = asyncio.create_task(publish_usage(lambda: fleet.redis, usage, _rps_of(settings)))
         try:
             yield
         finally:
+            publishing.cancel()
+            await asyncio.gather(publishing, return_exceptions=True)
             if following is not None:
                 following.cancel()
                 await asyncio.gather(following, return_exceptions=True)
@@ -122,6 +126,10 @@ def _lifespan(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMet
     return lifespan
 
 
+def _rps_of(settings: GatewaySettings) -> Callable[[str], float]:
+    return lambda tenant: settings.quota_of(tenant).rps or settings.tenant_rps
+
+
 def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) -> GatewayApp:
     fleet = client if client is not None else gateway_client(settings)
     metrics = GatewayMetrics()
@@ -131,13 +139,14 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     directory = key_directory(settings, fleet)
     grpc = GrpcServer(settings)
 
-    lifespan = _lifespan(settings, fleet, metrics, grpc, auth_on=directory is not None)
+    usage = UsageTally()
+    lifespan = _lifespan(settings, fleet, metrics, grpc, auth_on=directory is not None, usage=usage)
 
     # The checks and their state, shared by the FastAPI middlewares and the fast path.
     gatekeeper = Gatekeeper(directory, metrics_tenants=frozenset(settings.metrics_tenants),
                             failures=metrics.auth_failures, unavailable=metrics.unavailable,
                             retry_after_s=settings.retry_after_s)
-    quotas = QuotaBook(settings.quota_of, metrics.quota_rejections, retry_after_s=settings.retry_after_s)
+    quotas = QuotaBook(settings.quota_of, metrics.quota_rejections, retry_after_s=settings.retry_after_s, usage=usage)
     # One process reads its count when scraped; processes summed from files must write it as it changes.
     in_flight = InFlight(settings.max_in_flight, settings.retry_after_s,
                          metrics.in_flight if metrics.multiprocess else None)

@@ -21,6 +21,7 @@ from gateway.auth import Caller
 from gateway.limits import PREFIX
 from gateway.metrics import Children
 from gateway.settings import TenantQuota
+from gateway.tenant_usage import UsageTally
 
 
 class TokenBucket:
@@ -56,8 +57,9 @@ class _Budget:
 
 class QuotaBook:
     def __init__(self, quota_of: Callable[[str], TenantQuota], rejections: Counter, *, retry_after_s: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, usage: UsageTally | None = None) -> None:
         self._quota_of = quota_of
+        self.usage = usage if usage is not None else UsageTally()  # what gateway/tenant_usage.py publishes
         self._rejections = Children(rejections)
         self._retry_after_s = retry_after_s
         self._clock = clock
@@ -77,6 +79,7 @@ class QuotaBook:
             return self._refuse(tenant, "waits", f"tenant {tenant} has {budget.max_waits} requests in flight already",
                                 self._retry_after_s)
         budget.in_flight += 1
+        self.usage.count(tenant)
         return None
 
     def leave(self, tenant: str) -> None:
@@ -84,6 +87,7 @@ class QuotaBook:
 
     def _refuse(self, tenant: str, kind: str, detail: str, retry_after_s: int) -> Refusal:
         self._rejections(tenant, kind).inc()
+        self.usage.count(tenant, kind)
         return Refusal(429, {"detail": f"{detail}; retry later", "quota": kind}, retry_after(retry_after_s))
 
 

@@ -123,3 +123,9 @@ def comparisons_topic(model: str) -> str:
 def rollout_report_key(model: str) -> str:
     """Redis string (JSON, short TTL) with the rollout controller's latest gate evaluation, for `fleet rollout status`."""
     return f"{TOPIC_PREFIX}:rollout:{model}:report"
+
+
+def tenant_usage_key(minute: int) -> str:
+    """One minute's per-tenant request and refusal counts from the gateways (`minute` = Unix seconds // 60);
+    fields `<tenant>|<kind>`. Written by gateway/tenant_usage.py, read by the console (common/tenant_usage.py)."""
+    return f"{TOPIC_PREFIX}:tenant_usage:{minute}"

@@ -95,11 +95,13 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
     await cards.publish_once()
     exit_stack.push_async_callback(_cancelled, asyncio.create_task(cards.run()))
     patience = Patience(metrics.waiting, max_backoff_s=settings.delivery_max_backoff_s)
+    sizing = BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels)
     supervisor = Supervisor(settings, redis, who.worker_id, stable.device, lambda: models.serving.stable.manifest.id,
-                            probe=probe, backlog=who.backlog)
+                            probe=probe, backlog=who.backlog,
+                            batch_sizes=lambda: (sizing.last_batch, policy.max_batch_size),
+                            cache_lookups=lambda: tuple(sorted(metrics.cache.totals.items())))
     return WorkerParts(
-        models=models, policy=policy, caches=caches, pointers=pointers, supervisor=supervisor,
-        sizing=BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels),
+        models=models, policy=policy, caches=caches, pointers=pointers, supervisor=supervisor, sizing=sizing,
         sink=ResultSink(redis, producer, result_ttl_s=settings.result_ttl_s, patience=patience,
                         reply_stream_maxlen=settings.reply_stream_maxlen,
                         replication=Replication(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),

@@ -1,6 +1,8 @@
 """`fleet dlq list|show|replay|purge`: the dead letters in fleet.dlq, by model and code.
 
-    fleet dlq list [--model M] [--code C] [--limit N]   newest first, with counts per code
+    fleet dlq list [--model M] [--code C] [--since T] [--until T] [--limit N]
+                                                         newest first, with counts per code; T is a
+                                                         duration ago (30m, 2h) or a UTC ISO time
     fleet dlq show REF                                   one letter, masked (REF is partition:offset)
     fleet dlq replay REF ... | --code C [--model M] [--again] --reason TEXT
     fleet dlq purge --yes --reason TEXT                  delete every dead letter in the DLQ now
@@ -22,11 +24,12 @@ from common.redis_cluster import AnyRedis
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.dlq_store import (DeadLetterEntry, ReplayMark, counts_by_code, dlq_ends, letter_fields, purge,
-                                      read_dead_letters, replay, replay_marks)
+                                      read_dead_letters, replay, replay_marks, time_bound)
 from fleet.commands.models import default_actor, format_ms
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table
+from schemas.wire import now_ms
 
 LIST_HEADERS = ("ref", "time", "model", "code", "replayed", "reason")
 
@@ -43,10 +46,15 @@ def list_rows(entries: Sequence[DeadLetterEntry], marks: dict[str, ReplayMark]) 
 
 
 async def _list(settings: FleetSettings, redis: AnyRedis, args: argparse.Namespace) -> int:
-    entries = await read_dead_letters(settings, model=args.model, code=args.code, limit=args.limit)
+    now = now_ms()
+    since_ms, until_ms = time_bound(args.since, now), time_bound(args.until, now)
+    entries = await read_dead_letters(settings, model=args.model, code=args.code, limit=args.limit,
+                                      since_ms=since_ms, until_ms=until_ms)
     if not entries:
         print("no dead letters" + (f" of model {args.model}" if args.model else "")
-              + (f" with code {args.code}" if args.code else ""))
+              + (f" with code {args.code}" if args.code else "")
+              + (f" since {format_ms(since_ms)}" if since_ms is not None else "")
+              + (f" before {format_ms(until_ms)}" if until_ms is not None else ""))
         return Exit.OK
     marks = await replay_marks(redis, [e.ref for e in entries])
     print(format_table(("model", "code", "count"), [(m, c, str(n)) for m, c, n in counts_by_code(entries)]))
@@ -104,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument("--again", action="store_true", help="copy letters that were replayed before once more")
     removing = actions.add_parser("purge", help="delete every dead letter now in the DLQ")
     removing.add_argument("--yes", action="store_true")
+    for bound, meaning in (("--since", "from"), ("--until", "before")):
+        listing.add_argument(bound, metavar="T", help=f"only letters dead-lettered {meaning} T: a duration ago "
+                             "(30m, 2h, 1d) or an ISO time, UTC unless it names a zone")
     for sub in (listing, again):
         sub.add_argument("--model")
         sub.add_argument("--code")

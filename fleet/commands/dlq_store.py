@@ -34,6 +34,7 @@ from common.topics import newest_records, partitions_of
 from schemas.names import DLQ_TOPIC, TOPIC_PREFIX
 from schemas.wire import DeadLetter, WireError, now_ms
 from workers.delivery.dead_letters import DeadLetterPolicy
+from workers.shadow.replay import parse_duration, parse_time
 
 REQUESTS_PREFIX = f"{TOPIC_PREFIX}.requests."
 SCAN_PER_PARTITION = 2000  # newest dead letters read per partition: a listing is bounded, not the DLQ
@@ -116,12 +117,31 @@ def _decode(partition: int, offset: int, raw: bytes | None) -> DeadLetterEntry:
     return DeadLetterEntry(partition, offset, letter)
 
 
+def time_bound(text: str | None, now_ms: int) -> int | None:
+    """Epoch ms of `text`: a duration ago (`30m`, `2h`, `1h30m`, `2d`) or an ISO 8601 time (UTC unless it
+    names a zone); None when empty. ValueError, in words, for anything else."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return now_ms - int(parse_duration(text) * 1000)
+    except ValueError:
+        pass
+    try:
+        return parse_time(text.strip())
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (a duration ago such as 30m or 2h, or a UTC time such as "
+                         "2026-12-03T08:00)") from None
+
+
 def select_letters(entries: Iterable[DeadLetterEntry], *, model: str | None = None, code: str | None = None,
-                   refs: Iterable[str] | None = None, limit: int = 200) -> list[DeadLetterEntry]:
-    """The entries of `model` / `code` / `refs` (None: any), newest first, at most `limit`."""
+                   refs: Iterable[str] | None = None, limit: int = 200, since_ms: int | None = None,
+                   until_ms: int | None = None) -> list[DeadLetterEntry]:
+    """The entries of `model` / `code` / `refs` (None: any), dead-lettered in [since_ms, until_ms) when
+    given, newest first, at most `limit`."""
     wanted = set(refs) if refs is not None else None
     chosen = [e for e in entries if (model is None or e.model == model) and (code is None or e.letter.code == code)
-              and (wanted is None or e.ref in wanted)]
+              and (wanted is None or e.ref in wanted) and (since_ms is None or e.letter.time_ms >= since_ms)
+              and (until_ms is None or e.letter.time_ms < until_ms)]
     chosen.sort(key=lambda e: (e.letter.time_ms, e.partition, e.offset), reverse=True)
     return chosen[:limit]
 
@@ -133,10 +153,12 @@ def decode_records(records: Iterable[Any]) -> list[DeadLetterEntry]:
 
 async def read_dead_letters(settings: FleetSettings, *, model: str | None = None, code: str | None = None,
                             refs: Iterable[str] | None = None, limit: int = 200,
-                            per_partition: int = SCAN_PER_PARTITION) -> list[DeadLetterEntry]:
+                            per_partition: int = SCAN_PER_PARTITION, since_ms: int | None = None,
+                            until_ms: int | None = None) -> list[DeadLetterEntry]:
     """The newest dead letters (up to `per_partition` read per partition), newest first, filtered."""
     records = await newest_records(settings, DLQ_TOPIC, per_partition)
-    return select_letters(decode_records(records), model=model, code=code, refs=refs, limit=limit)
+    return select_letters(decode_records(records), model=model, code=code, refs=refs, limit=limit,
+                          since_ms=since_ms, until_ms=until_ms)
 
 
 def counts_by_code(entries: Sequence[DeadLetterEntry]) -> list[tuple[str, str, int]]:

@@ -87,9 +87,11 @@ async def recent_comparisons(settings: FleetSettings, model: str, last: int) -> 
 
 
 async def build_report(settings: FleetSettings, model: str, candidate: str | None, last: int,
-                       *, worst: int = 10, mask: Callable[[str], str] | None = None) -> tuple[str, ShadowSnapshot] | None:
+                       *, worst: int = 10, mask: Callable[[str], str] | None = None,
+                       collect: list[Comparison] | None = None) -> tuple[str, ShadowSnapshot] | None:
     """The report text and the stats totals, or None when nothing about any candidate is known.
-    `mask` rewrites each input excerpt first (the console shows them redacted)."""
+    `mask` rewrites each input excerpt first (the console shows them redacted); `collect`, when
+    given, receives the candidate's recent comparisons (masked), oldest first, for plots."""
     redis = redis_client(settings)
     try:
         pointers = await read_pointers(redis, model)
@@ -102,6 +104,8 @@ async def build_report(settings: FleetSettings, model: str, candidate: str | Non
         await redis.aclose()
     mine = [c if mask is None else c.model_copy(update={"input": mask(c.input)})
             for c in comparisons if c.shadow_version == candidate]
+    if collect is not None:
+        collect.extend(mine)
     stable = pointers.stable or (mine[-1].live_version if mine else None)
     return format_report(model, candidate, stable, totals, summarise(mine, worst=worst), last=last), totals
 

@@ -9,7 +9,9 @@ import contextlib
 import time
 from collections import deque
 
+from common.clients import new_admin
 from fleet.commands.lag import GroupLag, collect_lag
+from fleet.console.assignments import Assignments, describe_assignments
 from fleet.console.settings import ConsoleSettings
 
 SAMPLE_TIMEOUT_S = 15.0
@@ -19,6 +21,7 @@ class LagMonitor:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
         self.latest: dict[str, GroupLag] = {}
+        self.assignments: Assignments = {}  # who holds which partition, from the same sample
         self.history: dict[str, deque[tuple[float, int]]] = {}
         self.problem: str | None = None  # why the last sample failed
         self.sampled_at = 0.0
@@ -38,6 +41,7 @@ class LagMonitor:
             try:
                 groups = await asyncio.wait_for(
                     collect_lag(self.settings, None, self.settings.console_lag_sample_s), SAMPLE_TIMEOUT_S)
+                assignments = await asyncio.wait_for(self._assignments([g.group for g in groups]), SAMPLE_TIMEOUT_S)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an outage of Kafka is shown in words, and sampling goes on
@@ -45,6 +49,15 @@ class LagMonitor:
                 await asyncio.sleep(self.settings.console_lag_sample_s)
                 continue
             self.record(groups, time.time())
+            self.assignments = assignments
+
+    async def _assignments(self, groups: list[str]) -> Assignments:
+        admin = new_admin(self.settings)
+        await admin.start()
+        try:
+            return await describe_assignments(admin, groups)
+        finally:
+            await admin.close()
 
     def record(self, groups: list[GroupLag], now_s: float) -> None:
         self.problem = None

@@ -3,25 +3,39 @@
 from __future__ import annotations
 
 import json
+import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from common.auth_keys import list_keys
 from common.heartbeats import list_workers
+from common.tenant_usage import ADMITTED, RATE, WAITS, TenantUsage, read_usage
 from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, format_ends, letter_fields,
-                                      replay_marks, select_letters)
+                                      replay_marks, select_letters, time_bound)
 from fleet.commands.dlq import replayed_cell
 from fleet.commands.keys import when
 from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
 from fleet.commands.rollout import OPERATOR_ACTIONS
-from fleet.console.sources import Gathered, overview, worker_row
+from fleet.console.assignments import partitions_of_worker
+from fleet.console.sources import Gathered, Outage, overview, worker_row
 from fleet.console.web import console_of, operator_of, render
 from models.registry import ModelRegistry
 from versions.pointers import VersionPointers
+from schemas.wire import now_ms
 from versions.rollout import read_report
 
 router = APIRouter()
+USAGE_ROWS = 200  # the busiest tenants of the hour
+
+
+def usage_row(usage: TenantUsage) -> dict[str, object]:
+    use = usage.busiest_use
+    return {"tenant": usage.tenant, "minute": usage.this_minute[ADMITTED], "hour": usage.last_hour[ADMITTED],
+            "rate": usage.last_hour[RATE], "waits": usage.last_hour[WAITS],
+            "minute_refused": usage.this_minute[RATE] + usage.this_minute[WAITS],
+            "limit": "-" if usage.rps_limit is None else f"{usage.rps_limit:g}/s",
+            "use": "-" if use is None else f"{use:.0%}"}
 
 
 async def _overview_context(request: Request) -> tuple[Gathered, dict[str, object]]:
@@ -71,9 +85,14 @@ async def versions_page(request: Request) -> HTMLResponse:
 async def workers_page(request: Request) -> HTMLResponse:
     operator = await operator_of(request)
     gathered = Gathered()
-    workers = await gathered.read("Redis", "workers", list_workers(console_of(request).redis), [])
+    console = console_of(request)
+    workers = await gathered.read("Redis", "workers", list_workers(console.redis), [])
+    if console.monitor.problem is not None:
+        gathered.outages.append(Outage("Kafka", "the partitions each worker holds", console.monitor.problem))
+    held = console.monitor.assignments
     return render(request, "workers.html", operator, outages=gathered.outages, workers=[worker_row(w) | {
-        "model": w.model} for w in workers])
+        "model": w.model, "partitions": partitions_of_worker(held, w.model, w.worker)} for w in workers],
+        sampled_at=format_ms(int(console.monitor.sampled_at * 1000)))
 
 
 @router.get("/tenants", response_class=HTMLResponse)
@@ -81,10 +100,12 @@ async def tenants_page(request: Request) -> HTMLResponse:
     operator = await operator_of(request)
     gathered = Gathered()
     records = await gathered.read("Redis", "keys", list_keys(console_of(request).redis), [])
+    usage = await gathered.read("Redis", "quota use and refusals", read_usage(console_of(request).redis, time.time()), {})
     keys = [{"key_id": r.key_id, "tenant": r.tenant, "created": when(r.created_ms), "active": r.active,
              "state": "active" if r.active else f"revoked {when(r.revoked_ms)}"} for r in records]
     return render(request, "tenants.html", operator, outages=gathered.outages, keys=keys,
-                  operators=console_of(request).settings.tenant_roles())
+                  operators=console_of(request).settings.tenant_roles(), usage=[usage_row(u) for u in sorted(
+                      usage.values(), key=lambda u: (-sum(u.last_hour.values()), u.tenant))][:USAGE_ROWS])
 
 
 def _letter_row(entry: DeadLetterEntry, replayed: str) -> dict[str, object]:
@@ -99,14 +120,20 @@ async def dlq_page(request: Request) -> HTMLResponse:
     console = console_of(request)
     model = request.query_params.get("model") or None
     code = request.query_params.get("code") or None
+    since, until = (request.query_params.get(name, "")[:64] for name in ("since", "until"))
+    try:
+        bounds, filter_problem = (time_bound(since, now_ms()), time_bound(until, now_ms())), ""
+    except ValueError as exc:  # said on the page, next to the filter; the letters show unfiltered by time
+        bounds, filter_problem = (None, None), str(exc)
     gathered = Gathered()
     every = await gathered.read("Kafka", "dead letters", console.letters.entries(), [])
-    chosen = select_letters(every, model=model, code=code, limit=200)
+    chosen = select_letters(every, model=model, code=code, limit=200, since_ms=bounds[0], until_ms=bounds[1])
     marks = await gathered.read("Redis", "replay marks and the audit log",
                                 replay_marks(console.redis, [e.ref for e in chosen]), {})
     audit = await gathered.read("Redis", "replay marks and the audit log", audit_entries(console.redis), [])
     ends = console.letters.ends
     return render(request, "dlq.html", operator, outages=gathered.outages, model=model or "", code=code or "",
+                  since=since, until=until, filter_problem=filter_problem,
                   counts=counts_by_code(every), letters=[_letter_row(e, replayed_cell(marks.get(e.ref))) for e in chosen],
                   audit=[a | {"time": format_ms(int(a.get("time_ms", "0")))} for a in audit], ends=format_ends(ends))
 

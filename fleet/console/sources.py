@@ -16,6 +16,7 @@ from common.redis_cluster import AnyRedis
 from fleet.commands.lag import GroupLag, format_duration
 from fleet.commands.models import registered_models
 from fleet.commands.workers import state_cell
+from fleet.console.cache_rates import cache_words
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
 from fleet.console.throughput import ThroughputMemory, VersionFigures
@@ -63,6 +64,10 @@ class ModelView:
     lag: GroupLag | None = None
     problems: list[str] = field(default_factory=list)
     figures: list[VersionFigures] = field(default_factory=list)
+
+    @property
+    def cache_text(self) -> str:
+        return cache_words(self.workers)
 
     @property
     def drain_text(self) -> str:
@@ -134,4 +139,5 @@ async def overview(settings: ConsoleSettings, redis: AnyRedis, monitor: LagMonit
 def worker_row(worker: WorkerInfo) -> dict[str, Any]:
     return {"worker": worker.worker, "role": worker.role, "device": worker.device, "state": state_cell(worker),
             "healthy": worker.state == HEALTHY and not worker.drained, "version": worker.version,
-            "lag": worker.lag, "age": f"{worker.age_s:.1f}s ago", "drained": worker.drained}
+            "lag": worker.lag, "age": f"{worker.age_s:.1f}s ago", "drained": worker.drained,
+            "batch": f"{worker.batch} / {worker.max_batch}" if worker.max_batch else "-"}

@@ -4,6 +4,8 @@ excerpts here, with the same redaction."""
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
@@ -12,10 +14,12 @@ from fleet.commands.debug import remaining_s
 from fleet.commands.debug import render as render_trace
 from fleet.commands.models import registered_models
 from fleet.commands.shadow import build_report
+from fleet.console.shadow_series import shadow_series, worst_rows
 from fleet.console.sources import Gathered
 from fleet.console.web import console_of, operator_of, render
 from models.registry import ModelRegistry
 from schemas.names import TRACE_TOPIC
+from schemas.shadow import Comparison
 from schemas.wire import TraceRecord, WireError
 from workers.observability.redaction import Redactor
 
@@ -36,10 +40,14 @@ async def shadow_page(request: Request) -> HTMLResponse:
 async def shadow_report(request: Request, model: str) -> HTMLResponse:
     operator = await operator_of(request)
     gathered = Gathered()
+    mine: list[Comparison] = []
     built = await gathered.read("Kafka or Redis", "shadow comparisons",
                                 build_report(console_of(request).settings, model, None, RECENT_COMPARISONS,
-                                             mask=Redactor.with_defaults()), None)
-    return render(request, "shadow_report.html", operator, outages=gathered.outages, text=built[0] if built else None)
+                                             mask=Redactor.with_defaults(), collect=mine), None)
+    series = shadow_series(mine).as_json()
+    return render(request, "shadow_report.html", operator, outages=gathered.outages, text=built[0] if built else None,
+                  model=model, worst=worst_rows(mine),
+                  series=json.dumps(series).replace("<", "\\u003c") if series else None)
 
 
 async def _traces(request: Request) -> tuple[Gathered, list[str]]:

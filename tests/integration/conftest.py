@@ -59,7 +59,9 @@ def backend(worker_settings: WorkerSettings) -> Backend:
 
 @pytest.fixture(scope="session")
 async def redis(stack: FleetSettings) -> AsyncIterator[Redis]:
-    client = redis_client(stack)
+    # Some tests restart the stack's Redis: a connection idle for a second is pinged (and made
+    # anew when the server went away) before use, so the tests after them do not meet a dead one.
+    client = redis_client(stack, health_check_interval=1)
     yield client
     await client.aclose()
 

@@ -71,10 +71,12 @@ class BatchSizing:
         self._cached_share = CachedShare()
         self._metrics = metrics
         self._labels = labels
+        self.last_batch = 0  # records in the last batch, for the heartbeat
 
     def after_batch(self, records: int, computed: int, run: BatchRun | None) -> None:
         """`run`: the batch's model runs as one, None when the caches answered it whole."""
         self._cached_share.observe(records, computed)
+        self.last_batch = records
         if run is not None and run.largest_oom:
             self.cap.on_oom(run.largest_oom)
             self._metrics.oom_splits.labels(**self._labels()).inc(run.oom_splits)

@@ -5,6 +5,8 @@ tier), `semantic` (FAISS index). prometheus_client appends `_total` to counters,
 exported names are e.g. `fleet_cache_hits_total{model,tier}`.
 """
 
+from collections import Counter as Tally
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "fleet_cache"
@@ -20,6 +22,8 @@ class CacheMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         reg = self.registry = registry
+        # The same lookups as plain totals (`<tier>_hits`, `<tier>_misses`, at most 6 keys), for the heartbeat.
+        self.totals: Tally[str] = Tally()
         tiered = ["model", "tier"]
         self.hits = Counter(f"{PREFIX}_hits", "Lookups answered by a cache tier", tiered, registry=reg)
         self.misses = Counter(f"{PREFIX}_misses", "Lookups a cache tier could not answer (errors count as misses)",
@@ -61,6 +65,8 @@ class CacheMetrics:
 
     def lookups(self, model: str, tier: str, hits: int, misses: int) -> None:
         """Count one batch of lookups against a tier."""
+        self.totals[f"{tier}_hits"] += hits
+        self.totals[f"{tier}_misses"] += misses
         if hits:
             self.hits.labels(model=model, tier=tier).inc(hits)
         if misses:

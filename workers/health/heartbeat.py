@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from redis.typing import EncodableT, FieldT
 
-from common.heartbeats import BeatFields
+from common.heartbeats import CACHE_FIELD_PREFIX, BeatFields
 from common.redis_cluster import REDIS_DOWN, AnyRedis, multi_key_pipeline
 from schemas.names import WORKER_MODELS_KEY, worker_key, workers_index_key
 
@@ -32,7 +32,8 @@ class Heartbeat:
         self.key = worker_key(model, worker_id)
         self._clock = clock
 
-    async def beat(self, state: str, reason: str, version: str, lag: int) -> None:
+    async def beat(self, state: str, reason: str, version: str, lag: int, *, batch: int = 0,
+                   max_batch: int = 0, cache: tuple[tuple[str, int], ...] = ()) -> None:
         """Write the heartbeat and push its expiry `ttl_s` ahead, in one transaction on a plain Redis.
 
         On a Redis Cluster the hash, the index and the models set lie in different slots (their
@@ -42,6 +43,8 @@ class Heartbeat:
         fields: dict[FieldT, EncodableT] = {
             "worker": self.worker_id, "model": self.model, "role": self.role, "device": self.device,
             "state": str(state), "reason": reason, "version": version, "lag": int(lag),
+            "batch": int(batch), "max_batch": int(max_batch),
+            **{CACHE_FIELD_PREFIX + name: int(count) for name, count in cache},
             "beat_ms": int(self._clock() * 1000),
         }
         async with multi_key_pipeline(self.redis) as pipe:
@@ -60,7 +63,8 @@ class Heartbeat:
         while True:
             now = read()
             try:
-                await self.beat(now.state, now.reason, now.version, now.lag)
+                await self.beat(now.state, now.reason, now.version, now.lag, batch=now.batch, max_batch=now.max_batch,
+                                cache=now.cache)
             except REDIS_DOWN as exc:
                 log.warning("heartbeat of %s not written: %s", self.worker_id, exc)
             await asyncio.sleep(interval_s)

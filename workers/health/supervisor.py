@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 
 class Supervisor:
     def __init__(self, settings: WorkerSettings, redis: AnyRedis, worker_id: str, device: str, version: Callable[[], str],
-                 probe: Callable[[], None], backlog: Callable[[], int]) -> None:
+                 probe: Callable[[], None], backlog: Callable[[], int],
+                 batch_sizes: Callable[[], tuple[int, int]] = lambda: (0, 0),
+                 cache_lookups: Callable[[], tuple[tuple[str, int], ...]] = tuple) -> None:
         self.health = HealthMonitor.from_settings(settings, probe)
         self.drained = False
         self._settings = settings
@@ -30,6 +32,8 @@ class Supervisor:
         self._worker_id = worker_id
         self._version = version
         self._backlog = backlog
+        self._batch_sizes = batch_sizes  # (last batch's records, effective max batch size)
+        self._cache_lookups = cache_lookups
         self._heartbeat = Heartbeat(redis, model=settings.model, worker_id=worker_id, role=settings.role.value,
                                     device=device, ttl_s=settings.heartbeat_ttl_s)
         self._tasks: list[asyncio.Task[None]] = []
@@ -62,14 +66,17 @@ class Supervisor:
 
     def fields(self) -> BeatFields:
         state = "drained" if self.drained and self.health.state is not HealthState.failed else self.health.state.value
-        return BeatFields(state=state, reason=self.health.reason, version=self._version(), lag=self._backlog())
+        batch, max_batch = self._batch_sizes()
+        return BeatFields(state=state, reason=self.health.reason, version=self._version(), lag=self._backlog(),
+                          batch=batch, max_batch=max_batch, cache=self._cache_lookups())
 
     async def _beat_forever(self) -> None:
         while True:
             try:
                 self.drained = await is_drained(self._redis, self._worker_id)
                 beat = self.fields()
-                await self._heartbeat.beat(beat.state, beat.reason, beat.version, beat.lag)
+                await self._heartbeat.beat(beat.state, beat.reason, beat.version, beat.lag, batch=beat.batch,
+                                           max_batch=beat.max_batch, cache=beat.cache)
             except Exception as exc:  # one missed beat is not a reason to stop serving
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self._settings.heartbeat_interval_s)

@@ -1,5 +1,6 @@
-// Draws each model's lag history with uPlot from the JSON the overview renders, again after
-// every htmx refresh of the live part (no inline scripts: the console's CSP forbids them).
+// Draws each model's lag history with uPlot from the JSON the overview renders, and the Shadow
+// page's agreement and latency plots from the JSON each report carries; again after every htmx
+// swap (no inline scripts: the console's CSP forbids them).
 (function () {
   "use strict";
   var plots = {};
@@ -21,6 +22,32 @@
       }, series, box);
     });
   }
-  document.addEventListener("DOMContentLoaded", draw);
-  document.addEventListener("htmx:afterSettle", function () { plots = {}; draw(); });
+  function drawShadow() {
+    if (typeof uPlot === "undefined") { return; }
+    document.querySelectorAll("script.shadow-data").forEach(function (holder) {
+      var model = holder.getAttribute("data-model");
+      var data = JSON.parse(holder.textContent || "null");
+      if (!data) { return; }
+      document.querySelectorAll(".shadow-chart").forEach(function (box) {
+        if (box.getAttribute("data-model") !== model || box.getAttribute("data-drawn")) { return; }
+        var width = Math.min(box.clientWidth || 800, 900);
+        box.setAttribute("data-drawn", "1");
+        if (box.getAttribute("data-shadow-chart") === "agreement") {
+          new uPlot({
+            title: "agreement of the candidate with stable (share of comparisons)", width: width, height: 180,
+            scales: { y: { range: [0, 1] } },
+            series: [{}, { label: "agreement", stroke: "#27ae60", width: 2 }], axes: [{}, { size: 50 }]
+          }, [data.t, data.agreement], box);
+        } else {
+          new uPlot({
+            title: "mean latency per version (ms)", width: width, height: 180,
+            series: [{}, { label: "stable (live)", stroke: "#2c3e50", width: 2 },
+                     { label: "candidate (shadow)", stroke: "#e67e22", width: 2 }], axes: [{}, { size: 50 }]
+          }, [data.t, data.live_ms, data.shadow_ms], box);
+        }
+      });
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { draw(); drawShadow(); });
+  document.addEventListener("htmx:afterSettle", function () { plots = {}; draw(); drawShadow(); });
 })();

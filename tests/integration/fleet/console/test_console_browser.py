@@ -10,6 +10,7 @@ import re
 import secrets
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
 from common.auth_keys import IssuedKey
@@ -29,7 +31,7 @@ from redis.asyncio import Redis
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, requests_topic, versions_key
 from schemas.wire import DeadLetter, ReplyTo, Result, Status
 from tests.integration.conftest import MODEL, Process, end_offsets, read_from
-from tests.integration.fleet.console.conftest import (ADMIN, ConsoleSite, issue_key, screenshot, sign_in,
+from tests.integration.fleet.console.conftest import (ADMIN, ConsoleSite, free_port, issue_key, screenshot, sign_in,
                                                        submit, wait_for)
 from versions.pointers import VersionPointers
 from workers.delivery.dead_letters import DeadLetterPolicy
@@ -85,7 +87,12 @@ async def test_overview_shows_both_workers_and_the_lag_rising_then_draining(
         row.get_attribute("data-worker") for row in d.find_elements(By.CSS_SELECTOR, f"#model-{MODEL} tr[data-worker]")},
         "both workers back on the overview")
     text = wait_for(browser, lambda d: d.find_element(By.ID, f"model-{MODEL}").text, "the model's section")
-    assert "time to drain" in text and "requests in all" in text
+    assert "time to drain" in text and "requests in all" in text and "cache" in text
+    # Each worker's heartbeat carries its last batch's size and its effective max batch size.
+    batches = wait_for(browser, lambda d: [cell.text for cell in d.find_elements(
+        By.CSS_SELECTOR, f"#model-{MODEL} tr[data-worker] .batch") if cell.text != "-"], "batch sizes on the overview")
+    assert all(re.fullmatch(r"\d+ / [1-9]\d*", batch) for batch in batches), batches
+    assert any(not batch.startswith("0 ") for batch in batches), f"the backlog was served in batches: {batches}"
     screenshot(browser, "overview")
 
 
@@ -247,6 +254,67 @@ async def _refusals(console: ConsoleSite, browser: WebDriver, admin: httpx.Clien
     finally:
         assert admin.post("/workers/console-w1/undrain", data={"csrf": admin_token}).status_code == 303
     assert not await is_drained(redis, "console-w1")
+
+
+def held_partitions(driver: WebDriver, url: str) -> dict[str, set[str]]:
+    """The Workers page, loaded again: the partitions each worker of MODEL holds."""
+    driver.get(url + "/workers")
+    rows = driver.find_elements(By.CSS_SELECTOR, "tr[data-worker]")
+    return {str(row.get_attribute("data-worker")): set((row.find_element(
+        By.CSS_SELECTOR, ".partitions-held").get_attribute("data-partitions") or "").split())
+        for row in rows if row.find_elements(By.XPATH, f"./td[2][text()='{MODEL}']")}
+
+
+async def test_a_drain_moves_the_workers_partitions_to_the_other_worker(
+        console: ConsoleSite, browser: WebDriver, console_workers: list[Process], redis: Redis) -> None:
+    sign_in(browser, console, console.admin_key)
+    before = wait_for(browser, lambda d: (h := held_partitions(d, console.url)).get("console-w1")
+                      and h.get("console-w2") and h, "both workers holding partitions")
+    every = before["console-w1"] | before["console-w2"]
+    drain = browser.find_element(By.CSS_SELECTOR, "tr[data-worker='console-w1'] form button")
+    assert drain.text == "drain"
+    submit(browser, drain)
+    try:
+        wait_for(browser, lambda d: (h := held_partitions(d, console.url)).get("console-w1") == set()
+                 and h.get("console-w2") == every, "console-w1's partitions moving to console-w2")
+        screenshot(browser, "workers-drained")
+    finally:
+        undrain = browser.find_element(By.CSS_SELECTOR, "tr[data-worker='console-w1'] form button")
+        assert undrain.text == "undrain"
+        submit(browser, undrain)
+    assert not await is_drained(redis, "console-w1")
+    wait_for(browser, lambda d: held_partitions(d, console.url).get("console-w1"),
+             "console-w1 holding partitions again after the undrain")
+
+
+async def test_the_tenants_page_shows_quota_use_and_refusals_from_a_real_gateway(
+        console: ConsoleSite, browser: WebDriver, console_workers: list[Process], stack: FleetSettings,
+        tmp_path: Path) -> None:
+    tenant = f"quota-{secrets.token_hex(3)}"
+    key = (await issue_key(stack, tenant)).key
+    port = free_port()
+    gateway = Process(["-m", "gateway.main"], {"FLEET_PORT": str(port), "FLEET_MODELS": f'["{MODEL}"]',
+                                               "FLEET_TENANT_RPS": "0.01", "FLEET_TENANT_BURST": "2"},
+                      "gateway listening", tmp_path / "gateway.log")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            answers = [http.post(f"/v1/models/{MODEL}/requests", json={"text": f"quota {i}"},
+                                 headers={"authorization": f"Bearer {key}"}).status_code for i in range(4)]
+        assert answers == [202, 202, 429, 429], "a burst of 2, then the rate of 0.01/s refuses"
+        sign_in(browser, console, console.admin_key)
+
+        def usage_row(driver: WebDriver) -> WebElement | None:
+            driver.get(console.url + "/tenants")
+            rows = driver.find_elements(By.CSS_SELECTOR, f"#usage tr[data-tenant='{tenant}']")
+            done = rows and rows[0].find_element(By.CSS_SELECTOR, ".refused-rate").text == "2"
+            return rows[0] if done else None
+        row = wait_for(browser, usage_row, "the tenant's 2 refusals on the Tenants page (flushed once a second)")
+        cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+        # The hour's columns only: "this minute" depends on where the minute boundary fell.
+        assert cells[3:7] == ["2", "2", "0", "0.01/s"], cells
+        screenshot(browser, "tenants-usage")
+    finally:
+        gateway.stop()
 
 
 async def test_debug_traces_switch_on_and_show_redacted_inputs(

@@ -58,3 +58,34 @@ def test_list_show_replay_twice_and_purge(stack: FleetSettings, capsys: pytest.C
     capsys.readouterr()
     assert dlq.main(["list", "--code", code]) == Exit.OK
     assert "no dead letters" in capsys.readouterr().out
+
+
+async def produce_dated_letter(settings: FleetSettings, code: str, reason: str, time_ms: int) -> None:
+    letter = DeadLetter(reason=reason, code=code, topic=requests_topic(MODEL), partition=0, offset=0, time_ms=time_ms)
+    producer = new_producer(settings, linger_ms=0)
+    await producer.start()
+    try:
+        await producer.send_and_wait(DLQ_TOPIC, DeadLetterPolicy(keep_original=False).outgoing(letter).encode())
+    finally:
+        await producer.stop()
+
+
+def test_list_filters_by_time(stack: FleetSettings, capsys: pytest.CaptureFixture[str]) -> None:
+    code = f"cli_time_{secrets.token_hex(3)}"
+    now = int(time.time() * 1000)
+    asyncio.run(produce_dated_letter(stack, code, "three hours old", now - 3 * 3600_000))
+    asyncio.run(produce_dated_letter(stack, code, "just now", now))
+
+    def listed(*bounds: str) -> str:
+        assert dlq.main(["list", "--code", code, *bounds]) == Exit.OK
+        return capsys.readouterr().out
+    assert "three hours old" in listed() and "just now" in listed()
+    recent = listed("--since", "1h")
+    assert "just now" in recent and "three hours old" not in recent
+    older = listed("--until", "1h")
+    assert "three hours old" in older and "just now" not in older
+    window = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now / 1000 - 4 * 3600))
+    assert "three hours old" in listed("--since", window, "--until", "2h")
+    assert "no dead letters with code" in listed("--since", "1h", "--until", "30m")
+    assert dlq.main(["list", "--since", "yesterday"]) == Exit.FAILED
+    assert "not a time: 'yesterday'" in capsys.readouterr().err

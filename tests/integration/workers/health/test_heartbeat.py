@@ -158,3 +158,18 @@ async def test_the_cli_shows_json_and_switches_drain(redis: Redis, model: str,
         assert "takes work again" in capsys.readouterr().out and not await is_drained(redis, worker)
     finally:
         await cleanup(redis, model, worker)
+
+
+async def test_batch_sizes_and_cache_lookups_are_reported_and_a_heartbeat_without_them_stays_readable(redis: Redis, model: str) -> None:
+    new, old = f"{model}-new", f"{model}-old"
+    try:
+        await heartbeat(redis, model, new).beat(HealthState.healthy, "", "v", 0, batch=12, max_batch=32,
+                                                cache=(("local_hits", 3), ("local_misses", 7)))
+        await heartbeat(redis, model, old).beat(HealthState.healthy, "", "v", 0)
+        await redis.hdel(worker_key(model, old), "batch", "max_batch")  # as a worker before batch sizes wrote it
+        found = {w.worker: w for w in await list_workers(redis, model)}
+        assert (found[new].batch, found[new].max_batch) == (12, 32)
+        assert found[new].cache == (("local_hits", 3), ("local_misses", 7))
+        assert (found[old].batch, found[old].max_batch, found[old].cache) == (0, 0, ())
+    finally:
+        await cleanup(redis, model, new, old)

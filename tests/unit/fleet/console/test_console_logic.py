@@ -8,7 +8,7 @@ import pytest
 
 from common.heartbeats import WorkerInfo
 from fleet.commands.dlq_store import (DeadLetterEntry, counts_by_code, format_ends, model_of_topic, parse_ends,
-                                      parse_ref, select_letters)
+                                      parse_ref, select_letters, time_bound)
 from fleet.console.access import Gate, Operator
 from fleet.console.settings import ConsoleSettings, Role
 from fleet.console.sources import ModelView, model_problems
@@ -85,3 +85,13 @@ def test_version_figures_say_what_is_not_known_yet() -> None:
     assert VersionFigures("v1", 12, 3.25, 0.5, 40.0).words == \
         "v1: 3.2 req/s, p99 40 ms, 50.00% errors over the last 10 s or more; 12 requests in all"
     assert VersionFigures("v1", 12, 0.0, None, None).words == "v1: 0.0 req/s over the last 10 s or more; 12 requests in all"
+
+
+def test_time_bounds_are_durations_ago_or_utc_times() -> None:
+    now = 10_000_000_000
+    assert time_bound("", now) is None and time_bound(None, now) is None
+    assert time_bound("30m", now) == now - 30 * 60_000
+    assert time_bound("1h30m", now) == now - 90 * 60_000
+    assert time_bound("1970-01-01T00:00:10", now) == 10_000
+    with pytest.raises(ValueError, match="not a time: 'soon'"):
+        time_bound("soon", now)
