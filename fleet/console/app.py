@@ -22,6 +22,7 @@ from fleet.console import actions, pages, tracing_pages
 from fleet.console.access import COOKIE, Gate, Refused
 from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
+from fleet.console.serving_history import ServingHistory
 from fleet.console.settings import ConsoleSettings
 from fleet.console.web import (HERE, Console, Forbidden, NotSignedIn, back, console_of, read_form, render,
                                same_origin)
@@ -42,14 +43,17 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = redis_client(settings, socket_connect_timeout=1, socket_timeout=2)
-        console = Console(settings, redis, Gate(settings), LagMonitor(settings), DeadLetterShelf(settings))
+        console = Console(settings, redis, Gate(settings), LagMonitor(settings), DeadLetterShelf(settings),
+                          ServingHistory(settings))
         app.state.console = console
         if sample_lag:
             console.monitor.start()
+            console.serving.start(redis, console.throughput)
         try:
             yield
         finally:
             await console.monitor.stop()
+            await console.serving.stop()
             await console.letters.close()
             await redis.aclose()
 

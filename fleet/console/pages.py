@@ -43,8 +43,10 @@ async def _overview_context(request: Request) -> tuple[Gathered, dict[str, objec
     gathered = Gathered()
     views = await overview(console.settings, console.redis, console.monitor, console.throughput, gathered)
     charts = {v.name: console.monitor.series(v.name) for v in views}
+    serving = {v.name: console.serving.series(v.name) for v in views}
     return gathered, {"views": views, "rows": {v.name: [worker_row(w) for w in v.workers] for v in views},
-                      "charts": json.dumps(charts).replace("<", "\\u003c"), "sampled_at": format_ms(int(console.monitor.sampled_at * 1000))}
+                      "charts": json.dumps(charts).replace("<", "\\u003c"),
+                      "serving": json.dumps(serving).replace("<", "\\u003c"), "sampled_at": format_ms(int(console.monitor.sampled_at * 1000))}
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -17,6 +17,7 @@ from fleet.commands.lag import format_duration
 from fleet.console.access import COOKIE, Gate, Operator, Refused
 from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
+from fleet.console.serving_history import ServingHistory
 from fleet.console.settings import ConsoleSettings
 from fleet.console.sources import Outage
 from fleet.console.throughput import ThroughputMemory
@@ -36,6 +37,7 @@ class Console:
     gate: Gate
     monitor: LagMonitor
     letters: DeadLetterShelf
+    serving: ServingHistory
     throughput: ThroughputMemory = field(default_factory=ThroughputMemory)
 
 

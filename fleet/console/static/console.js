@@ -1,4 +1,5 @@
-// Draws each model's lag history with uPlot from the JSON the overview renders, and the Shadow
+// Draws each model's lag, throughput, p99 and batch-size history with uPlot from the JSON the
+// overview renders (each box says in data-points how many values it drew), and the Shadow
 // page's agreement and latency plots from the JSON each report carries; again after every htmx
 // swap (no inline scripts: the console's CSP forbids them).
 (function () {
@@ -20,6 +21,39 @@
         series: [{}, { label: "lag", stroke: "#c0392b", width: 2 }],
         axes: [{}, { size: 60 }]
       }, series, box);
+    });
+  }
+  var SERVING = {
+    per_s: { title: "throughput of ", unit: " (req/s)", series: [["req/s", "per_s", "#2980b9"]] },
+    p99_ms: { title: "p99 latency of ", unit: " (ms)", series: [["p99", "p99_ms", "#8e44ad"]] },
+    batch: { title: "batch size of ", unit: " (records)",
+             series: [["mean last batch", "batch", "#16a085"], ["max batch", "max_batch", "#7f8c8d"]] }
+  };
+  function drawServing() {
+    var holder = document.getElementById("serving-data");
+    if (!holder || typeof uPlot === "undefined") { return; }
+    var all = JSON.parse(holder.textContent || "{}");
+    document.querySelectorAll("[data-serving-chart]").forEach(function (box) {
+      var name = box.getAttribute("data-serving-chart");
+      var kind = SERVING[box.getAttribute("data-kind")];
+      var columns = all[name];
+      if (!kind || !columns) { return; }
+      var data = [columns.t];
+      var points = 0;
+      kind.series.forEach(function (s) {
+        data.push(columns[s[1]]);
+        points += columns[s[1]].filter(function (v) { return v !== null; }).length;
+      });
+      if (columns.t.length < 2 || points < 2) {
+        box.textContent = kind.title.trim() + " " + name + ": waiting for samples"; return;
+      }
+      box.textContent = "";
+      new uPlot({
+        title: kind.title + name + kind.unit, width: Math.min(box.clientWidth || 800, 900), height: 160,
+        series: [{}].concat(kind.series.map(function (s) { return { label: s[0], stroke: s[2], width: 2 }; })),
+        axes: [{}, { size: 60 }]
+      }, data, box);
+      box.setAttribute("data-points", String(points));
     });
   }
   function drawShadow() {
@@ -48,6 +82,6 @@
       });
     });
   }
-  document.addEventListener("DOMContentLoaded", function () { draw(); drawShadow(); });
-  document.addEventListener("htmx:afterSettle", function () { plots = {}; draw(); drawShadow(); });
+  document.addEventListener("DOMContentLoaded", function () { draw(); drawServing(); drawShadow(); });
+  document.addEventListener("htmx:afterSettle", function () { plots = {}; draw(); drawServing(); drawShadow(); });
 })();
