@@ -93,6 +93,14 @@ async def test_overview_shows_both_workers_and_the_lag_rising_then_draining(
         By.CSS_SELECTOR, f"#model-{MODEL} tr[data-worker] .batch") if cell.text != "-"], "batch sizes on the overview")
     assert all(re.fullmatch(r"\d+ / [1-9]\d*", batch) for batch in batches), batches
     assert any(not batch.startswith("0 ") for batch in batches), f"the backlog was served in batches: {batches}"
+    # Throughput, p99 and batch sizes are sampled every second (FLEET_CONSOLE_LAG_SAMPLE_S=1) and
+    # plotted; each box says how many values it drew, and holds uPlot's canvas.
+    for kind in ("per_s", "p99_ms", "batch"):
+        drawn = wait_for(browser, lambda d: int(d.find_element(  # noqa: B023 (called at once)
+            By.CSS_SELECTOR, f'#model-{MODEL} [data-kind="{kind}"]').get_attribute("data-points") or 0),
+            f"the {kind} plot drawn with points", timeout_s=60)
+        assert drawn >= 2, kind
+        assert browser.find_elements(By.CSS_SELECTOR, f'#model-{MODEL} [data-kind="{kind}"] canvas'), kind
     screenshot(browser, "overview")
 
 
