@@ -101,7 +101,9 @@ async def test_overview_shows_both_workers_and_the_lag_rising_then_draining(
             f"the {kind} plot drawn with points", timeout_s=60)
         assert drawn >= 2, kind
         assert browser.find_elements(By.CSS_SELECTOR, f'#model-{MODEL} [data-kind="{kind}"] canvas'), kind
-    screenshot(browser, "overview")
+    plots = browser.find_element(By.CSS_SELECTOR, f"#model-{MODEL} .chart")
+    browser.execute_script("arguments[0].scrollIntoView()", plots)
+    screenshot(browser, "overview")  # the plots (docs/img/console/overview.png)
 
 
 def produce_letter(client: FleetClient, code: str) -> tuple[str, bytes]:
