@@ -25,8 +25,9 @@ class ConsoleSettings(FleetSettings):
     console_secret: SecretStr | None = Field(None, description="Signs the CSRF tokens; set the same value on "
                                              "every replica behind one address (default: random per process)")
     console_lag_sample_s: float = Field(3.0, gt=0, description="Seconds between the lag samples of the overview")
-    console_history_points: int = Field(1200, ge=10, le=100_000, description="Lag samples kept per group for the "
-                                        "history plot (1200 at 3 s: the last hour)")
+    console_history_points: int = Field(1200, ge=10, le=100_000, description="Samples kept per consumer group "
+                                        "(lag) and per model (throughput, p99, batch size) for the overview's "
+                                        "plots (1200 at 3 s: the last hour)")
     console_offline_grace_s: float = Field(300.0, ge=0, description="While Redis is down, a key checked within this "
                                            "long stays signed in (no key can be revoked while Redis is down)")
 
