@@ -28,7 +28,7 @@ from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.exits import Exit
 from fleet.tables import format_table
-from schemas.names import TOPIC_PREFIX
+from schemas.names import TOPIC_PREFIX, requests_topic
 
 REQUESTS_TOPIC_PREFIX = f"{TOPIC_PREFIX}.requests."
 STALLED = "∞ stalled"
@@ -146,12 +146,20 @@ async def _committed(admin: AIOKafkaAdminClient, group: str) -> Committed:
     return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
 
 
-async def fleet_groups(admin: AIOKafkaAdminClient) -> list[str]:
-    """Groups that committed offsets on a request topic (fleet.requests.*)."""
+def _own_topic(group: str, topics: set[str]) -> set[str]:
+    """A primary group's request topic (the group is named after its model), where it exists."""
+    topic = requests_topic(group)
+    return {topic} if topic in topics else set()
+
+
+async def fleet_groups(admin: AIOKafkaAdminClient, topics: set[str] | None = None) -> list[str]:
+    """Groups that committed offsets on a request topic (fleet.requests.*), and primary groups
+    whose request topic exists though they have committed nothing yet (a new fleet's backlog)."""
+    topics = set(await admin.list_topics()) if topics is None else topics
     found = []
     for group_id, *_ in await admin.list_consumer_groups():
         committed = await _committed(admin, group_id)
-        if any(tp.topic.startswith(REQUESTS_TOPIC_PREFIX) for tp in committed):
+        if any(tp.topic.startswith(REQUESTS_TOPIC_PREFIX) for tp in committed) or _own_topic(group_id, topics):
             found.append(group_id)
     return sorted(found)
 
@@ -175,18 +183,21 @@ async def collect_lag(settings: FleetSettings, groups: Sequence[str] | None = No
         consumer = new_consumer(settings, enable_auto_commit=False)
         await consumer.start()
         stack.push_async_callback(consumer.stop)
-        names = list(groups) if groups else await fleet_groups(admin)
+        topics = set(await admin.list_topics())
+        names = list(groups) if groups else await fleet_groups(admin, topics)
         first = {group: await _committed(admin, group) for group in names}
         if progress:
             print(f"sampling committed offsets of {len(names)} group(s) over {interval_s:g} s ...", file=sys.stderr)
         await asyncio.sleep(interval_s)
         second = {group: await _committed(admin, group) for group in names}
-        return [await _group_lag(admin, consumer, group, first[group], second[group], interval_s) for group in names]
+        return [await _group_lag(admin, consumer, group, first[group], second[group], interval_s,
+                                 _own_topic(group, topics)) for group in names]
 
 
 async def _group_lag(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str, first: Committed,
-                     second: Committed, interval_s: float) -> GroupLag:
-    partitions = await _topic_partitions(admin, {tp.topic for tp in {*first, *second}})
+                     second: Committed, interval_s: float, own_topics: set[str]) -> GroupLag:
+    # A group that has committed nothing yet still owes its own topic's backlog.
+    partitions = await _topic_partitions(admin, {tp.topic for tp in {*first, *second}} | own_topics)
     starts = await consumer.beginning_offsets(partitions) if partitions else {}
     ends = await consumer.end_offsets(partitions) if partitions else {}
     rows = []
