@@ -5,7 +5,9 @@ import random
 from collections import Counter
 from typing import Any
 
+from common.topics import ensure_topics
 from gateway.settings import GatewaySettings
+from schemas.names import requests_topic
 from tests.integration.gateway.gateway_harness import in_process
 
 MODEL = "gw-hardening-fuzz"  # no worker serves it; a rule answers valid infers before their deadline
@@ -53,8 +55,12 @@ def request_of(rng: random.Random) -> tuple[str, str, bytes, str]:
 
 
 async def test_three_hundred_malformed_requests_get_no_5xx(stack) -> None:  # type: ignore[no-untyped-def]
-    settings = GatewaySettings(models=[MODEL], default_timeout_s=0.3, max_timeout_ms=400, max_text_chars=5000,
+    # A valid infer is published before the rule answers it: its topic is made first (a new topic's
+    # first acknowledgement can take longer than a short deadline on a fresh stack, which is a 503
+    # the fuzz is not about), and the deadline leaves a loaded machine room for Kafka's ack.
+    settings = GatewaySettings(models=[MODEL], default_timeout_s=0.5, max_timeout_ms=600, max_text_chars=5000,
                                rule_fallbacks={MODEL: {"label": "fallback"}})
+    await ensure_topics(settings, [requests_topic(MODEL)], settings.partitions)
     rng = random.Random(SEED)
     codes: Counter[int] = Counter()
     async with in_process(settings) as http:
