@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from common.clients import new_consumer, new_producer, redis_client
 from common.settings import FleetSettings
@@ -59,9 +61,9 @@ def backend(worker_settings: WorkerSettings) -> Backend:
 
 @pytest.fixture(scope="session")
 async def redis(stack: FleetSettings) -> AsyncIterator[Redis]:
-    # Some tests restart the stack's Redis: a connection idle for a second is pinged (and made
-    # anew when the server went away) before use, so the tests after them do not meet a dead one.
-    client = redis_client(stack, health_check_interval=1)
+    # Some tests restart the stack's Redis: a command that meets a pooled connection the server
+    # closed is sent again on a new one, so the tests after them do not fail on a dead socket.
+    client = redis_client(stack, retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 3))
     yield client
     await client.aclose()
 
