@@ -5,6 +5,8 @@ its heartbeat."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 # each member (member_id, client_id, client_host, metadata, assignment).
 _GROUP_ID_FIELD, _GROUP_MEMBERS_FIELD = 1, 5
 _CLIENT_ID_FIELD, _ASSIGNMENT_FIELD = 1, 4
+
+log = logging.getLogger(__name__)
 
 # group -> client id -> ["topic:partition", ...]
 Assignments = dict[str, dict[str, list[str]]]
@@ -33,17 +37,25 @@ def decode_assignment(raw: bytes) -> list[str]:
                   key=lambda ref: (ref.rsplit(":", 1)[0], int(ref.rsplit(":", 1)[1])))
 
 
-async def describe_assignments(admin: AIOKafkaAdminClient, groups: Sequence[str]) -> Assignments:
-    """The partitions each member of each group holds now."""
+async def describe_assignments(admin: AIOKafkaAdminClient, groups: Sequence[str],
+                               timeout_s: float = 5.0) -> Assignments:
+    """The partitions each member of each group holds now. Each group is described on its own: one
+    whose answer cannot be read (aiokafka fails to decode some DescribeGroups answers) or does not
+    come in time is left out, and the other groups are still shown."""
     found: Assignments = {}
-    if not groups:
-        return found
-    responses: list[Any] = await admin.describe_consumer_groups(list(groups))
-    for response in responses:
-        for group in response.groups:
-            members = found.setdefault(str(group[_GROUP_ID_FIELD]), {})
-            for member in group[_GROUP_MEMBERS_FIELD]:
-                members.setdefault(str(member[_CLIENT_ID_FIELD]), []).extend(decode_assignment(member[_ASSIGNMENT_FIELD]))
+    for name in groups:
+        try:
+            async with asyncio.timeout(timeout_s):
+                responses: list[Any] = await admin.describe_consumer_groups([name])
+        except Exception as exc:  # noqa: BLE001 (shown as no partitions; the lag is unaffected)
+            log.debug("describing group %s failed: %s: %s", name, type(exc).__name__, exc)
+            continue
+        for response in responses:
+            for group in response.groups:
+                members = found.setdefault(str(group[_GROUP_ID_FIELD]), {})
+                for member in group[_GROUP_MEMBERS_FIELD]:
+                    members.setdefault(str(member[_CLIENT_ID_FIELD]), []).extend(
+                        decode_assignment(member[_ASSIGNMENT_FIELD]))
     return found
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 
@@ -13,6 +14,8 @@ from common.clients import new_admin
 from fleet.commands.lag import GroupLag, collect_lag
 from fleet.console.assignments import Assignments, describe_assignments
 from fleet.console.settings import ConsoleSettings
+
+log = logging.getLogger(__name__)
 
 SAMPLE_TIMEOUT_S = 15.0
 
@@ -41,7 +44,6 @@ class LagMonitor:
             try:
                 groups = await asyncio.wait_for(
                     collect_lag(self.settings, None, self.settings.console_lag_sample_s), SAMPLE_TIMEOUT_S)
-                assignments = await asyncio.wait_for(self._assignments([g.group for g in groups]), SAMPLE_TIMEOUT_S)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an outage of Kafka is shown in words, and sampling goes on
@@ -49,7 +51,14 @@ class LagMonitor:
                 await asyncio.sleep(self.settings.console_lag_sample_s)
                 continue
             self.record(groups, time.time())
-            self.assignments = assignments
+            # Who holds which partition is a second look: when it fails, the lag just taken stands.
+            try:
+                self.assignments = await asyncio.wait_for(self._assignments([g.group for g in groups]),
+                                                          SAMPLE_TIMEOUT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("console: partition assignments not read: %s: %s", type(exc).__name__, exc)
 
     async def _assignments(self, groups: list[str]) -> Assignments:
         admin = new_admin(self.settings)
