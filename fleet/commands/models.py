@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import importlib.util
 import shutil
 import socket
 import sys
@@ -38,6 +37,7 @@ from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table
 from models.registry import MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, parse_version_id
+from models.remote_files import local_path_of, url_filesystem
 from versions.pointers import AuditEntry, PointerError, PointerState, VersionPointers
 
 SHORT_SHA = 12
@@ -166,13 +166,7 @@ def cmd_show(settings: FleetSettings, registry: ModelRegistry, target: str) -> i
 
 def _fetch_remote(url: str, into: Path) -> None:
     """Copy manifest.json and every artifact it lists from an fsspec URL into `into`."""
-    try:
-        import fsspec  # type: ignore[import-untyped]  # optional: only object-store registries need it
-    except ImportError as exc:
-        raise RegistryError(f"{url} is a URL: registering from it needs fsspec (pip install fsspec, plus "
-                            "s3fs/gcsfs for s3:// or gs://), which is not installed") from exc
-    fs, root = fsspec.core.url_to_fs(url)
-    root = root.rstrip("/")
+    fs, root = url_filesystem(url, "registering from it")
     manifest_bytes: bytes = fs.cat_file(f"{root}/{MANIFEST_FILE}")
     manifest = ModelManifest.model_validate_json(manifest_bytes)
     for filename in manifest.files:
@@ -191,16 +185,12 @@ def _copy_local(source: Path, into: Path) -> None:
     shutil.copy2(source / MANIFEST_FILE, into / MANIFEST_FILE)
 
 
-def _has_fsspec() -> bool:
-    return importlib.util.find_spec("fsspec") is not None
-
-
 def fetch_version(source: str, into: Path) -> None:
     """manifest.json and the files it lists, from a folder, a file:// URL, or any fsspec URL."""
-    if "://" in source and (_has_fsspec() or not source.startswith("file://")):
+    path = local_path_of(source)
+    if path is None:
         _fetch_remote(source, into)
         return
-    path = Path(source.removeprefix("file://"))
     if not (path / MANIFEST_FILE).is_file():
         raise RegistryError(f"{path} holds no {MANIFEST_FILE}: not a model version folder")
     _copy_local(path, into)

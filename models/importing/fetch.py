@@ -8,7 +8,6 @@ Never a model hub: nothing here resolves model names, only paths and URLs.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,22 +15,17 @@ from pathlib import Path, PurePosixPath
 
 from models.importing.errors import ImportRefused
 from models.registry import sha256_of
+from models.remote_files import local_path_of, url_filesystem
 
 # A source is a model, not a data lake: bound what an import hashes and copies.
 MAX_SOURCE_FILES = 10_000
 
 
-def _is_url(source: str) -> bool:
-    return "://" in source
-
-
 @contextmanager
 def local_source(source: str) -> Iterator[Path]:
     """The source as a local file or folder for the duration of the import."""
-    if _is_url(source) and (source.startswith("file://") and importlib.util.find_spec("fsspec") is None):
-        source = source.removeprefix("file://")
-    if not _is_url(source):
-        path = Path(source).expanduser()
+    path = local_path_of(source)
+    if path is not None:
         if not path.exists():
             raise ImportRefused(f"{path} does not exist")
         yield path
@@ -41,13 +35,7 @@ def local_source(source: str) -> Iterator[Path]:
 
 
 def _download(url: str, into: Path) -> Path:
-    try:
-        import fsspec  # type: ignore[import-untyped]  # optional: only URL sources need it
-    except ImportError as exc:
-        raise ImportRefused(f"{url} is a URL: importing from it needs fsspec (pip install fsspec, plus "
-                            "s3fs/gcsfs for s3:// or gs://), which is not installed") from exc
-    fs, root = fsspec.core.url_to_fs(url)
-    root = root.rstrip("/")
+    fs, root = url_filesystem(url, "importing from it", ImportRefused)
     if not fs.exists(root):
         raise ImportRefused(f"{url} does not exist")
     name = PurePosixPath(root).name or "source"

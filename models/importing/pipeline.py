@@ -24,6 +24,7 @@ from models.importing.fetch import local_source, source_hashes
 from models.importing.manifest import derive_manifest, import_source
 from models.importing.signature import check_fits_task, name_anonymous_axes, read_signature
 from models.registry import CheckNotPassed, ModelManifest, ModelRegistry
+from models.remote_files import is_url
 
 
 def convert(detected: DetectedSource, request: ImportRequest, into: Path) -> Converted:
@@ -63,7 +64,7 @@ def import_model(registry: ModelRegistry, source: str, request: ImportRequest, p
     """Register the source as a new version of `request.name` (and its INT8 child); the manifests."""
     with local_source(source) as path:
         detected = detect(path)
-        uri = source if "://" in source else str(path.resolve())
+        uri = source if is_url(source) else str(path.resolve())
         progress.step(f"{uri}: {detected.kind} model; hashing its files")
         provenance = source_hashes(path)
         created = datetime.now(UTC)
