@@ -11,6 +11,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+import onnx
 import onnxruntime as ort
 
 from models.backends.onnx import open_session
@@ -43,6 +44,11 @@ def convert(detected: DetectedSource, request: ImportRequest, into: Path) -> Con
         from models.importing.sentence_transformers_export import convert_sentence_transformers
 
         return convert_sentence_transformers(detected.path, request, into)
+    if detected.kind == "booster":
+        from models.importing.boosters import convert_booster
+
+        assert detected.framework is not None
+        return convert_booster(detected.path, detected.framework, request, into)
     from models.importing.tabular import convert_estimator
 
     return convert_estimator(detected.path, request, into)
@@ -101,6 +107,7 @@ def _stage_int8(converted: Converted, fp32: ModelManifest, fp32_folder: Path, fo
                 fp32_session: ort.InferenceSession, progress: Progress) -> ModelManifest:
     from models.build import quantize
 
+    _refuse_nothing_to_quantise(fp32_folder / ONNX_FILE, quantize.OP_TYPES)
     progress.step("quantising to INT8 with ONNX Runtime (dynamic, per-channel, MatMul/Gemm weights)")
     try:
         quantize.quantize_int8(fp32_folder / ONNX_FILE, folder / ONNX_FILE)
@@ -113,3 +120,12 @@ def _stage_int8(converted: Converted, fp32: ModelManifest, fp32_folder: Path, fo
     return derive_manifest(converted, name=fp32.name, version_id=version_id, created=fp32.created, folder=folder,
                            source=fp32.source, check=check, precision="int8", parent=fp32.id,
                            extra_recipe=quantize.recipe(), extra_hyperparameters=quantize.hyperparameters())
+
+
+def _refuse_nothing_to_quantise(onnx_path: Path, op_types: tuple[str, ...]) -> None:
+    """An "INT8" version of a graph without the operators INT8 quantises would be the FP32 graph again."""
+    operators = sorted({node.op_type for node in onnx.load(str(onnx_path)).graph.node})
+    if not set(operators) & set(op_types):
+        raise ImportRefused(f"--int8: the graph has no {' or '.join(op_types)} weights for INT8 to quantise (its "
+                            f"operators: {', '.join(operators)}), so an INT8 version would be the FP32 graph. "
+                            "Import it without --int8")

@@ -82,9 +82,13 @@ def test_inputs_a_text_task_does_not_know(registry: ModelRegistry, sources: Sour
 
 def test_an_int8_failure_registers_neither_version(registry: ModelRegistry, tmp_path: Path) -> None:
     """The FP32 version of an --int8 import is not registered when the INT8 step is refused."""
-    labels = helper.make_tensor_value_info("x", TensorProto.INT64, ["batch", 3])
-    out = helper.make_tensor_value_info("y", TensorProto.INT64, ["batch", 3])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "ints", [labels], [out])
+    # A MatMul for INT8 to quantise, then only integer outputs to gate it on.
+    rows = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    out = helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.1 * i for i in range(12)])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["scores"]),
+             helper.make_node("ArgMax", ["scores"], ["y"], axis=1, keepdims=0)]
+    graph = helper.make_graph(nodes, "ints", [rows], [out], initializer=[weights])
     path = tmp_path / "ints.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     refused(registry, path, ImportRequest(name="ints", int8=True), match="no float output")

@@ -39,6 +39,26 @@ def test_files_by_suffix(tmp_path: Path) -> None:
     assert (found.kind, found.onnx_file) == ("onnx", tmp_path / "whatever.bin")
 
 
+@pytest.mark.parametrize(("name", "head", "framework"), [
+    ("model.json", b'{"learner":{"attributes":{},"feature_names":[]', "xgboost"),  # XGBoost save_model JSON
+    ("model.ubj", b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner{L", "xgboost"),  # ... and UBJSON
+    ("anything", b"{i\x07learner{", "xgboost"),  # what it is, whatever the suffix
+    ("model.bst", b"\x00\x00\x00?\x06\x00", "xgboost"),  # the legacy binary, by its suffix
+    ("model.bin", b"binf\x00\x00\x00\x00", "xgboost"),  # ... or its header
+    ("model.txt", b"tree\nversion=v4\nnum_class=1\n", "lightgbm"),  # LightGBM save_model
+])
+def test_booster_files_are_told_by_their_first_bytes(tmp_path: Path, name: str, head: bytes, framework: str) -> None:
+    (tmp_path / name).write_bytes(head + b"rest of the model")
+    found = detect(tmp_path / name)
+    assert (found.kind, found.framework, found.path) == ("booster", framework, tmp_path / name)
+
+
+@pytest.mark.parametrize("head", [b'{"version": 1, "model": {"learner": 1}}', b"tree\nnot a booster", b"\x08\x07\x12"])
+def test_other_files_are_not_boosters(tmp_path: Path, head: bytes) -> None:
+    (tmp_path / "model.json").write_bytes(head)
+    assert detect(tmp_path / "model.json").kind == "onnx"  # and refused there unless it parses as ONNX
+
+
 @pytest.mark.parametrize(("files", "message"), [
     (["a.onnx", "b.onnx"], "several ONNX files"),
     (["config.json"], "no weights"),
