@@ -8,6 +8,7 @@ import pytest
 
 from fleet.commands.models import main as models_main
 from fleet.exits import Exit
+from tests.integration.models.importing.boosters import xgboost_booster
 from tests.integration.models.importing.sources import Sources
 
 
@@ -46,3 +47,19 @@ def test_a_url_source_is_fetched_with_fsspec(registry_dir: Path, sources: Source
                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert models_main(["import", f"file://{sources.cnn}", "--name", "digits"]) == Exit.OK
     assert "task tensor" in capsys.readouterr().out
+
+
+def test_a_booster_file_from_the_command_line(registry_dir: Path, sources: Sources, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("xgboost")
+    path = xgboost_booster(sources.sklearn_rows, "multi:softprob", tmp_path / "churn.ubj")
+    assert models_main(["import", str(path), "--name", "churn", "--int8"]) == Exit.FAILED
+    assert "tree ensembles have no INT8 kernels worth it" in capsys.readouterr().err
+    assert models_main(["import", str(path), "--name", "churn"]) == Exit.OK
+    out, err = capsys.readouterr()
+    assert f"{path}: booster model" in err and "checking the graph against xgboost" in err
+    (version,) = [line.split()[1] for line in out.splitlines() if line.startswith("registered ")]
+    assert version.startswith("churn-") and version.endswith("-001")  # the refused import kept no number
+    assert models_main(["show", version]) == Exit.OK
+    shown = capsys.readouterr().out
+    assert f"import xgboost {path}" in shown and "n_classes=3, n_features=6, objective=multi:softprob" in shown

@@ -1,7 +1,7 @@
 """An imported model answers through a real worker (real Kafka and Redis) exactly what ONNX Runtime
 answers when run directly on its registered graph: a transformers classifier, a cross-encoder and
-a token classifier through FleetClient, a scikit-learn pipeline through a raw request carrying
-tensors."""
+a token classifier through FleetClient, a scikit-learn pipeline and XGBoost / LightGBM booster files
+through a raw request carrying tensors."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from models.tasks.token_classification import TokenScores, spans
 from schemas.tensors import decode_tensor, encode_tensor
 from schemas.wire import ReplyTo
 from tests.integration.conftest import serving
+from tests.integration.models.importing.boosters import (booster_predict, lightgbm_booster, with_missing_values,
+                                                         xgboost_booster)
 from tests.integration.models.importing.sources import ENTITIES, INTENTS, Sources
 from workers.settings import WorkerSettings
 
@@ -67,16 +69,15 @@ async def test_imported_classifier_answers_through_the_client(tmp_path: Path, so
         assert result.outputs["score"] == pytest.approx(float(expected[0].max()), abs=1e-5)
 
 
-@pytest.mark.usefixtures("stack")
-async def test_imported_sklearn_pipeline_answers_a_raw_tensor_request(tmp_path: Path, sources: Sources,
-                                                                      client: FleetClient) -> None:
-    registry, manifest = register(tmp_path, sources.sklearn_pipeline, "imp-churn")
-    rows = sources.sklearn_rows[:5]
+async def infer_tensors(client: FleetClient, registry: ModelRegistry, manifest: ModelManifest,
+                        inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Serve the version with a real worker and send it one raw request carrying tensors (as a pipeline
+    producing to Kafka would); the output tensors of its result."""
     settings = worker_settings(registry, manifest)
     async with serving(settings, ModelLoader(settings.runtime()).load()):
         waiter = client.waiter
         request = client.build_request(manifest.name, "", timeout=30, reply=ReplyTo(redis=waiter.waiter_id))
-        request = request.model_copy(update={"inputs": {"X": encode_tensor(rows)}})
+        request = request.model_copy(update={"inputs": {name: encode_tensor(rows) for name, rows in inputs.items()}})
         reply = waiter.expect(request.id)
         try:
             await client.publish(request)
@@ -84,10 +85,39 @@ async def test_imported_sklearn_pipeline_answers_a_raw_tensor_request(tmp_path: 
         finally:
             waiter.forget(request.id)
     assert result.status == "ok" and result.version == manifest.id and result.outputs is not None, result
+    return {name: decode_tensor(tensor) for name, tensor in result.outputs["tensors"].items()}
+
+
+@pytest.mark.usefixtures("stack")
+async def test_imported_sklearn_pipeline_answers_a_raw_tensor_request(tmp_path: Path, sources: Sources,
+                                                                      client: FleetClient) -> None:
+    registry, manifest = register(tmp_path, sources.sklearn_pipeline, "imp-churn")
+    rows = sources.sklearn_rows[:5]
+    tensors = await infer_tensors(client, registry, manifest, {"X": rows})
     label, probabilities = direct(registry, manifest, {"X": rows})
-    tensors = result.outputs["tensors"]
-    np.testing.assert_array_equal(decode_tensor(tensors["label"]), label)
-    np.testing.assert_allclose(decode_tensor(tensors["probabilities"]), probabilities, atol=1e-6)
+    np.testing.assert_array_equal(tensors["label"], label)
+    np.testing.assert_allclose(tensors["probabilities"], probabilities, atol=1e-6)
+
+
+@pytest.mark.usefixtures("stack")
+@pytest.mark.parametrize(("framework", "objective", "filename"), [("xgboost", "multi:softprob", "churn.json"),
+                                                                  ("lightgbm", "regression", "spend.txt")])
+async def test_an_imported_booster_file_answers_what_its_framework_predicts(
+        tmp_path: Path, sources: Sources, client: FleetClient, framework: str, objective: str, filename: str) -> None:
+    make = xgboost_booster if framework == "xgboost" else lightgbm_booster
+    path = make(sources.sklearn_rows, objective, tmp_path / filename)
+    registry, manifest = register(tmp_path, path, f"imp-{framework}")
+    rows = with_missing_values(sources.sklearn_rows[:6])  # NaN: a missing value, which trees take
+    (spec,) = manifest.inputs
+    tensors = await infer_tensors(client, registry, manifest, {spec.name: rows})
+    for name, answer in zip([out.name for out in manifest.outputs], direct(registry, manifest, {spec.name: rows})):
+        np.testing.assert_array_equal(tensors[name], answer)  # the worker runs exactly the registered graph
+    expected = booster_predict(path, rows)
+    if framework == "xgboost":
+        np.testing.assert_allclose(tensors["probabilities"], expected, atol=1e-5)
+        np.testing.assert_array_equal(tensors["label"], expected.argmax(axis=1))
+    else:
+        np.testing.assert_allclose(tensors["variable"][:, 0], expected, rtol=1e-5, atol=1e-5)
 
 
 QUERY = "how do I get a refund?"
