@@ -2,7 +2,8 @@
 
 SOURCE is a local path or an fsspec URL (file://, s3://, ... as `fleet models register` takes):
 an ONNX file (with tokenizer.json beside it for a text model), a transformers folder, a
-sentence-transformers folder, or a pickled scikit-learn / XGBoost / LightGBM estimator. The
+sentence-transformers folder, a pickled scikit-learn / XGBoost / LightGBM estimator, or an XGBoost /
+LightGBM booster file (what their save_model wrote: .json, .ubj, .txt). The
 manifest is derived; the graph is checked against the source framework and in batches of 1, 3
 and 8 before anything registers. Exit 0: registered; 1: refused (the message says why).
 """
@@ -22,7 +23,8 @@ from schemas.tasks import TASKS
 def add_import_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = commands.add_parser("import", help="derive, check and register a version from your own model files")
     parser.add_argument("source", metavar="PATH_OR_URL", help="ONNX file, transformers or sentence-transformers "
-                        "folder, or a pickled scikit-learn/XGBoost/LightGBM estimator")
+                        "folder, a pickled scikit-learn/XGBoost/LightGBM estimator, or an XGBoost/LightGBM booster "
+                        "file (save_model: .json, .ubj, .txt)")
     parser.add_argument("--name", required=True, help="model name: lowercase letters, digits and dashes")
     parser.add_argument("--task", choices=TASKS, default=None, help="default: read from the source")
     parser.add_argument("--int8", action="store_true", help="also register an INT8 version (gated on FP32 agreement)")
