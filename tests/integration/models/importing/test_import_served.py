@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import secrets
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -23,7 +25,7 @@ from models.loading import ModelLoader
 from models.registry import ModelManifest, ModelRegistry
 from models.tasks.token_classification import TokenScores, spans
 from schemas.tensors import decode_tensor, encode_tensor
-from schemas.wire import ReplyTo
+from schemas.wire import ReplyTo, Result
 from tests.integration.conftest import serving
 from tests.integration.models.importing.boosters import (booster_predict, lightgbm_booster, with_missing_values,
                                                          xgboost_booster)
@@ -51,13 +53,19 @@ def direct(registry: ModelRegistry, manifest: ModelManifest, feeds: dict[str, np
     return [np.asarray(value) for value in session.run(None, feeds)]
 
 
+async def answers(client: FleetClient, registry: ModelRegistry, manifest: ModelManifest,
+                  requests: Sequence[str | Mapping[str, Any]]) -> list[Result]:
+    """Serve the version with a real worker and send it each request through the client, in turn."""
+    settings = worker_settings(registry, manifest)
+    async with serving(settings, ModelLoader(settings.runtime()).load()):
+        return [await client.infer(manifest.name, request, timeout=30) for request in requests]
+
+
 @pytest.mark.usefixtures("stack")
 async def test_imported_classifier_answers_through_the_client(tmp_path: Path, sources: Sources,
                                                               client: FleetClient) -> None:
     registry, manifest = register(tmp_path, sources.classifier, "imp-intents")
-    settings = worker_settings(registry, manifest)
-    async with serving(settings, ModelLoader(settings.runtime()).load()):
-        results = [await client.infer(manifest.name, text, timeout=30) for text in TEXTS]
+    results = await answers(client, registry, manifest, TEXTS)
     assert manifest.tokenizer_file is not None and manifest.max_length is not None
     samples = TextSamples(registry.path_of(manifest, manifest.tokenizer_file), manifest.max_length,
                           [spec.name for spec in manifest.inputs], TEXTS)
@@ -128,9 +136,7 @@ PASSAGES = ["Refunds take five days.", "Our office is in Berlin.", "Send the par
 async def test_imported_cross_encoder_reranks_through_the_client(tmp_path: Path, sources: Sources,
                                                                  client: FleetClient) -> None:
     registry, manifest = register(tmp_path, sources.cross_encoder, "imp-ranker")
-    settings = worker_settings(registry, manifest)
-    async with serving(settings, ModelLoader(settings.runtime()).load()):
-        result = await client.infer(manifest.name, {"query": QUERY, "passages": PASSAGES}, timeout=30)
+    (result,) = await answers(client, registry, manifest, [{"query": QUERY, "passages": PASSAGES}])
     assert result.status == "ok" and result.version == manifest.id and result.outputs is not None, result
     tokenizer = Tokenizer.from_file(str(registry.path_of(manifest, manifest.tokenizer_file or "")))
     want = []
@@ -149,9 +155,7 @@ async def test_imported_token_classifier_gives_the_spans_of_its_graph(tmp_path: 
                                                                       client: FleetClient) -> None:
     registry, manifest = register(tmp_path, sources.token_classifier, "imp-ner")
     text = "Ada Lovelace met Charles Babbage in London"
-    settings = worker_settings(registry, manifest)
-    async with serving(settings, ModelLoader(settings.runtime()).load()):
-        result = await client.infer(manifest.name, text, timeout=30)
+    (result,) = await answers(client, registry, manifest, [text])
     assert result.status == "ok" and result.version == manifest.id and result.outputs is not None, result
     encoding = Tokenizer.from_file(str(registry.path_of(manifest, manifest.tokenizer_file or ""))).encode(text)
     (logits,) = direct(registry, manifest, {"input_ids": np.asarray([encoding.ids], np.int64),
