@@ -181,10 +181,12 @@ async def fleet_phase(client: FleetClient, env: dict[str, str], requests: list[d
                                     callers=max((at_once + 1) * max_batch, 8), warmup_s=args.warmup,
                                     duration_s=args.duration, at_window_edges=at_edge)
     (start, before, stack_before), (end, after, stack_after) = edges
-    per_request = 1000 / samples.completed if samples.completed else float("nan")
+    rate = rate_between_replies(clock.arrivals, start, end)
+    # CPU over the window's requests at that rate: the replies inside it come in bursts too.
+    per_request = 1000 / (rate * (end - start)) if rate > 0 else float("nan")
     worker_ms, client_ms = ((after.worker_s - before.worker_s) * per_request, (after.bench_s - before.bench_s) * per_request) \
         if before and after else (float("nan"), float("nan"))
-    return FleetPhase(rate_between_replies(clock.arrivals, start, end),
+    return FleetPhase(rate,
                       percentile(samples.latencies_ms, 50) if samples.latencies_ms else float("nan"),
                       float(np.mean(samples.batch_sizes)) if samples.batch_sizes else 0.0, sum(samples.errors.values()),
                       worker_ms, client_ms, (stack_after - stack_before) * per_request)
@@ -268,11 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.duration, args.warmup, args.rounds, args.repeats = 8.0, 4.0, 1, 2
         args.requests = min(args.requests, 64)
-    print(HEADER, flush=True)
+    print(f"each round, as measured:\n{HEADER}", flush=True)
     measured, medians = asyncio.run(run(args))
-    if args.rounds > 1:
-        print(f"\nmedians of {args.rounds} rounds\n{HEADER}")
-        print("\n".join(map(format_row, medians)))
+    print(f"\nmedians of {args.rounds} round(s); x b1: req/s over the model's at max batch 1\n{HEADER}")
+    print("\n".join(map(format_row, medians)))
     out = FleetSettings().home / "bench" / f"tasks-{datetime.now():%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": as_json(medians), "rounds": as_json(measured)}, indent=2))
