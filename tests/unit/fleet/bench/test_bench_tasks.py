@@ -1,4 +1,4 @@
-"""`scripts/bench tasks`: the reply-instant rate, the medians of rounds, and the tensor model it makes."""
+"""`scripts/bench tasks`: the closed-loop rate, the medians of rounds, and the tensor model it makes."""
 
 from __future__ import annotations
 
@@ -7,26 +7,13 @@ import onnxruntime as ort
 import pytest
 
 from fleet.bench.task_models import CLASSES, IMAGE_SHAPE, tensor_graph
-from fleet.bench.tasks import TaskRow, rate_between_replies
+from fleet.bench.tasks import TaskRow, closed_loop_rate
 
 
-def test_bursts_of_replies_give_their_true_rate_wherever_the_window_edges_fall() -> None:
-    # A batch of 32 replies lands every 2 s (16 req/s); the windows' edges fall just after a burst,
-    # just before one, and in between: counting inside the window would give 0, 16 or 32 a 2 s.
-    bursts = [2.0 * k + 0.001 * i for k in range(1, 11) for i in range(32)]
-    for start, end in ((2.1, 8.1), (3.99, 9.99), (3.0, 9.0)):
-        assert rate_between_replies(bursts, start, end) == pytest.approx(16, rel=0.01)
-
-
-def test_a_steady_stream_gives_its_rate_and_no_replies_give_zero() -> None:
-    steady = [k / 100 for k in range(1, 1001)]  # 100 req/s for 10 s
-    assert rate_between_replies(steady, 2.0, 8.0) == pytest.approx(100, rel=0.01)
-    assert rate_between_replies([], 2.0, 8.0) == 0.0
-    assert rate_between_replies([9.0], 2.0, 8.0) == 0.0
-
-
-def test_without_a_reply_before_the_window_its_own_start_is_the_first_edge() -> None:
-    assert rate_between_replies([5.0, 6.0, 7.0], 4.0, 8.0) == pytest.approx(3 / 3)
+def test_the_closed_loop_rate_is_callers_over_the_mean_latency() -> None:
+    # 96 callers, each reply after 4 s or 8 s (a batch that ran at once, or one that waited a turn).
+    assert closed_loop_rate(96, [4000.0, 8000.0] * 50) == pytest.approx(96 / 6)
+    assert closed_loop_rate(8, []) == 0.0
 
 
 def _row(fleet: float, raw: float, errors: int = 0) -> TaskRow:
