@@ -234,11 +234,12 @@ def as_json(rows: Sequence[TaskRow]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("bench tasks", __doc__)
-    parser.add_argument("--quick", action="store_true", help="one round of 8 s windows after 4 s of warm-up, 2 raw "
-                        "repeats over at most 64 distinct requests")
+    parser.add_argument("--quick", action="store_true", help="8 s windows after 4 s of warm-up, 2 raw repeats over at "
+                        "most 64 distinct requests, one round unless --rounds says more")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds measured per row (after warm-up)")
     parser.add_argument("--warmup", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=3, help="measure every row this many times; print the medians")
+    parser.add_argument("--rounds", type=int, help="measure every row this many times and print the medians "
+                        "(default 3; 1 with --quick)")
     parser.add_argument("--requests", type=int, default=256, help="distinct requests cycled through")
     parser.add_argument("--repeats", type=int, default=3, help="raw passes through the requests")
     parser.add_argument("--threads", type=int, default=0, help="FLEET_INTRA_OP_THREADS of the worker and raw runs")
@@ -246,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="which models to measure")
     args = parser.parse_args(argv)
     if args.quick:
-        args.duration, args.warmup, args.rounds, args.repeats = 8.0, 4.0, 1, 2
+        args.duration, args.warmup, args.repeats = 8.0, 4.0, 2
         args.requests = min(args.requests, 64)
+    args.rounds = args.rounds or (1 if args.quick else 3)
     print(f"each round, as measured:\n{HEADER}", flush=True)
     measured, medians = asyncio.run(run(args))
     print(f"\nmedians of {args.rounds} round(s); x b1: req/s over the model's at max batch 1\n{HEADER}")
