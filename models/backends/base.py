@@ -39,14 +39,15 @@ class Encoded:
 
     @classmethod
     def group(cls, rows: Sequence[Sequence[int]], bucket_size: int, pad: Callable[[Sequence[Sequence[int]]], Feeds],
-              min_efficiency: float = 0.8, truncated: Sequence[bool] = ()) -> Encoded:
+              min_efficiency: float = 0.8, truncated: Sequence[bool] = (), max_tokens: int = 0) -> Encoded:
         """Sort rows by length and cut them into sub-batches of at most `bucket_size` rows,
         starting a new one whenever the next row would push padding efficiency below
-        `min_efficiency` (bucket_size 0: one sub-batch in the given order)."""
+        `min_efficiency`, or the sub-batch's padded tokens above `max_tokens` (0: no bound; a row
+        longer than that still runs, alone); bucket_size 0: one sub-batch in the given order."""
         if not rows:
             return cls(count=0, chunks=[], real_tokens=0, padded_tokens=0)
         lengths = np.fromiter(map(len, rows), dtype=np.intp, count=len(rows))
-        groups = [np.arange(len(rows))] if bucket_size <= 0 else _length_groups(lengths, bucket_size, min_efficiency)
+        groups = [np.arange(len(rows))] if bucket_size <= 0 else _length_groups(lengths, bucket_size, min_efficiency, max_tokens)
         longest = [int(lengths[group].max()) for group in groups]
         # The whole batch padded once, each sub-batch cut from it: `pad` pads on the right, so the
         # first `longest` columns of a sub-batch's rows are what padding them alone would give.
@@ -59,14 +60,17 @@ class Encoded:
                    lengths=tuple(lengths.tolist()), truncated=tuple(truncated))
 
 
-def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficiency: float) -> list[npt.NDArray[np.intp]]:
+def _length_groups(lengths: npt.NDArray[np.intp], bucket_size: int, min_efficiency: float,
+                   max_tokens: int = 0) -> list[npt.NDArray[np.intp]]:
     order = np.argsort(lengths, kind="stable")
     groups: list[list[int]] = [[]]
     real = 0
-    # Ascending, so the newcomer is the longest of its group.
+    # Ascending, so the newcomer is the longest of its group: with it, the group pads to its length.
     for index, length in zip(order.tolist(), lengths[order].tolist(), strict=True):
         current = groups[-1]
-        if current and (len(current) >= bucket_size or (real + length) < min_efficiency * length * (len(current) + 1)):
+        padded = length * (len(current) + 1)
+        if current and (len(current) >= bucket_size or (real + length) < min_efficiency * padded
+                        or 0 < max_tokens < padded):
             groups.append([])
             current, real = groups[-1], 0
         current.append(index)

@@ -47,13 +47,16 @@ class TaskTokenizer:
                    max_length=min(max_input_tokens, manifest.max_length),
                    input_names=[spec.name for spec in manifest.inputs])
 
-    def encode(self, texts: Sequence[str | tuple[str, str]], counts: Sequence[int], bucket_size: int) -> RowsOfRequests:
-        """Rows (texts, or (query, passage) pairs) grouped by length; `counts`: rows per request."""
+    def encode(self, texts: Sequence[str | tuple[str, str]], counts: Sequence[int], bucket_size: int,
+               max_tokens: int = 0) -> RowsOfRequests:
+        """Rows (texts, or (query, passage) pairs) grouped by length, at most `bucket_size` rows and
+        `max_tokens` padded tokens a run (0: no bound); `counts`: rows per request."""
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
         rows = [encoding.ids for encoding in encodings]
         truncated = [bool(encoding.overflowing) for encoding in encodings]
-        encoded = Encoded.group(rows, bucket_size, lambda _rows: self.feeds(encodings), truncated=truncated)
+        encoded = Encoded.group(rows, bucket_size, lambda _rows: self.feeds(encodings), truncated=truncated,
+                                max_tokens=max_tokens)
         per_request, start = [], 0
         for count in counts:
             per_request.append(any(truncated[start:start + count]))

@@ -22,6 +22,19 @@ from models.registry import ModelManifest, ModelRegistry
 from models.tasks.token_classification import TokenScores
 from schemas.task_inputs import RerankInput
 
+# Padded tokens a session run takes at most, on a CPU. Measured on the 2-core CI machine (one
+# intra-op thread, the MiniLM-sized `scripts/bench tasks` reranker, process CPU per request of 8
+# passages): batches of 32 requests cost 56.9 ms a request in runs of up to 16 pairs (up to 1,650
+# tokens) and 51 to 53 ms with runs bounded at 192 to 512 tokens; one request at a time, 61.7 ms.
+# Bigger runs' activations (1,536 floats a token in the feed-forward layers) outgrow a core's L2
+# cache. A GPU wants the biggest runs it can get: no bound there.
+CPU_TOKENS_PER_RUN = 384
+
+
+def tokens_per_run(device: str) -> int:
+    """The padded-token bound of one session run on `device`; 0: none."""
+    return CPU_TOKENS_PER_RUN if device == "cpu" else 0
+
 
 def _softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
@@ -30,10 +43,11 @@ def _softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 class _OnnxTextTaskBackend:
     def __init__(self, manifest: ModelManifest, session: ort.InferenceSession, tokenizer: TaskTokenizer,
-                 device: str, *, length_bucket_size: int) -> None:
+                 device: str, *, length_bucket_size: int, tokens_per_run: int = 0) -> None:
         self.manifest = manifest
         self.device = device
         self.length_bucket_size = length_bucket_size
+        self.tokens_per_run = tokens_per_run
         self._session = session
         self._tokenizer = tokenizer
         self._output = manifest.outputs[0].name
@@ -43,7 +57,8 @@ class _OnnxTextTaskBackend:
              options: RuntimeOptions = RuntimeOptions()) -> _OnnxTextTaskBackend:
         session = open_version_session(registry, manifest, options)
         tokenizer = TaskTokenizer.of(registry, manifest, options.max_input_tokens)
-        return cls(manifest, session, tokenizer, options.device, length_bucket_size=options.length_bucket_size)
+        return cls(manifest, session, tokenizer, options.device, length_bucket_size=options.length_bucket_size,
+                   tokens_per_run=tokens_per_run(options.device))
 
     def _rows(self, encoded: RowsOfRequests) -> list[npt.NDArray[np.float32]]:
         """The first output's row for every model row, in row order."""
@@ -61,7 +76,8 @@ class _OnnxTextTaskBackend:
 class OnnxRerankBackend(_OnnxTextTaskBackend):
     def encode(self, items: Sequence[RerankInput]) -> RowsOfRequests:
         pairs = [(item.query, passage) for item in items for passage in item.passages]
-        return self._tokenizer.encode(pairs, [len(item.passages) for item in items], self.length_bucket_size)
+        return self._tokenizer.encode(pairs, [len(item.passages) for item in items], self.length_bucket_size,
+                                      self.tokens_per_run)
 
     def run(self, encoded: RowsOfRequests) -> list[npt.NDArray[np.float32]]:
         """Each request's passage scores, in the order of its passages."""
@@ -80,7 +96,7 @@ class OnnxTokenClassificationBackend(_OnnxTextTaskBackend):
     def encode(self, texts: Sequence[str]) -> RowsOfRequests:
         if isinstance(texts, str):
             raise TypeError("encode takes a sequence of texts, not a single string")
-        return self._tokenizer.encode(list(texts), [1] * len(texts), self.length_bucket_size)
+        return self._tokenizer.encode(list(texts), [1] * len(texts), self.length_bucket_size, self.tokens_per_run)
 
     def run(self, encoded: RowsOfRequests) -> list[TokenScores]:
         answers = []

@@ -49,3 +49,16 @@ def test_each_sub_batch_is_padded_as_if_on_its_own() -> None:
     for chunk in encoded.chunks:
         alone = pad([rows[i] for i in chunk.rows.tolist()])
         np.testing.assert_array_equal(chunk.feeds["input_ids"], alone["input_ids"])
+
+
+def test_a_token_budget_bounds_each_sub_batch_and_a_longer_row_runs_alone() -> None:
+    rows = [[1] * n for n in (10, 12, 9, 11, 40, 10, 12, 11)]
+    encoded = Encoded.group(rows, bucket_size=16, pad=pad, min_efficiency=0.0, max_tokens=36)
+    assert lengths_of(encoded) == [[9, 10, 10], [11, 11, 12], [12], [40]]  # 3 x 12 = 36 fits; 4 x 12 does not
+    assert all(chunk.feeds["input_ids"].size <= 36 or len(chunk.rows) == 1 for chunk in encoded.chunks)
+    assert sorted(int(i) for chunk in encoded.chunks for i in chunk.rows) == list(range(len(rows)))
+
+
+def test_no_token_budget_keeps_the_row_bound_only() -> None:
+    encoded = Encoded.group([[1] * 50] * 10, bucket_size=4, pad=pad, max_tokens=0)
+    assert [len(c.rows) for c in encoded.chunks] == [4, 4, 2]
