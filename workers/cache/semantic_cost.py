@@ -26,7 +26,13 @@ log = logging.getLogger(__name__)
 class MarginalCost:
     """ms one more row adds to a model run: the slope of run time over rows, fitted over recent
     runs with exponential forgetting. A hit saves that, not the run's average per row, which
-    is inflated by the fixed cost of a run when hits leave small batches."""
+    is inflated by the fixed cost of a run when hits leave small batches.
+
+    The slope is capped at the average per row (a run's fixed cost is never negative). The fit
+    alone goes wild where it matters most: with lookups on and most rows hits, runs are a few
+    rows each and timed while the next batch's lookups take the same cores, so one slow small
+    run made the slope (and what a hit seemed to save) many times the model's cost, and lookups
+    that cost 40% of the throughput looked as if they paid."""
 
     alpha: float
     _n: float = 0.0
@@ -42,10 +48,13 @@ class MarginalCost:
 
     @property
     def value(self) -> float | None:
+        if not self._x:
+            return None
+        average = self._y / self._x
         spread = self._n * self._xx - self._x * self._x
         if self._n < 2 or spread <= 1e-9 * max(self._n * self._xx, 1.0):
-            return self._y / self._x if self._x else None  # one batch size so far: the average
-        return max((self._n * self._xy - self._x * self._y) / spread, 0.0)
+            return average  # one batch size so far
+        return min(max((self._n * self._xy - self._x * self._y) / spread, 0.0), average)
 
 
 @dataclass

@@ -83,3 +83,14 @@ def test_a_model_three_times_the_encoder_stops_at_once_while_its_cache_is_cold()
     cost.record_lookup(rows=32, hits=0, encoder_ms=32 * 0.5, candidates=8, verifier_ms=8 * 1.2)
     assert not cost.paying
     assert sum(cost.should_look_up() for _ in range(50)) == 5
+
+
+def test_a_hit_never_seems_to_save_more_than_the_average_row_costs() -> None:
+    # Small runs timed while lookups share the cores: 4 rows in 60 ms, 2 rows in 10 ms. The
+    # slope alone says 25 ms a row; no row costs more than the runs' average, 70 / 6 ms.
+    cost = LookupCost(alpha=0.0, warmup_rows=0)
+    for rows, ms in ((4, 60.0), (2, 10.0)):
+        cost.record_model(rows=rows, inference_ms=ms)
+    assert cost.model_ms_per_row.value == 70.0 / 6
+    cost.record_lookup(rows=32, hits=27, encoder_ms=32 * 5.0, candidates=32, verifier_ms=32 * 10.0)
+    assert not cost.paying  # 84% x 11.7 ms saved < 15 ms of encoder and verifier a row (the slope: 21 ms)
