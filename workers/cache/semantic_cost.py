@@ -61,7 +61,10 @@ class MarginalCost:
         spread = self._n * self._xx - self._x * self._x
         if self._n < 2 or spread <= 1e-9 * max(self._n * self._xx, 1.0):
             return average  # one batch size so far
-        return min(max((self._n * self._xy - self._x * self._y) / spread, 0.0), average)
+        slope = (self._n * self._xy - self._x * self._y) / spread
+        # A slope at or below zero (a slow small run: the worker's first, or one beside a lookup)
+        # is noise, not rows that cost nothing: it stopped lookups on a model 25x the encoder.
+        return average if slope <= 0 else min(slope, average)
 
 
 @dataclass

@@ -94,3 +94,14 @@ def test_a_hit_never_seems_to_save_more_than_the_average_row_costs() -> None:
     assert cost.model_ms_per_row.value == 70.0 / 6
     cost.record_lookup(rows=32, hits=27, encoder_ms=32 * 5.0, candidates=32, verifier_ms=32 * 10.0)
     assert not cost.paying  # 84% x 11.7 ms saved < 15 ms of encoder and verifier a row (the slope: 21 ms)
+
+
+def test_a_slow_small_first_run_does_not_make_rows_free() -> None:
+    # The worker's first run (one row, 40 ms: a cold start) and then 32 rows in 30 ms: the fitted
+    # slope is negative; what a hit saves is then the average row, not nothing.
+    cost = LookupCost(alpha=0.0, warmup_rows=0)
+    cost.record_model(rows=1, inference_ms=40.0)
+    cost.record_model(rows=32, inference_ms=30.0)
+    assert cost.model_ms_per_row.value == 70.0 / 33
+    cost.record_lookup(rows=32, hits=16, encoder_ms=32 * 0.5)
+    assert cost.paying  # 50% x 2.1 ms > 0.5 ms
