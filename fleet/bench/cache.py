@@ -53,7 +53,7 @@ from common.clients import new_consumer, new_producer, redis_client
 from common.settings import FleetSettings
 from common.topics import ensure_topics, partitions_of
 from gateway.waiter import ReplyWaiter
-from schemas.names import reply_stream, requests_topic
+from schemas.names import consumer_group, reply_stream, requests_topic
 from schemas.wire import ReplyTo, Request, Result, Status, new_request_id, now_ms
 from workers.cache.exact import clear_model_cache
 from workers.worker import Worker
@@ -299,6 +299,22 @@ def tier_rounds(rounds: Sequence[Sequence[dict[str, Any]]], model: str) -> list[
             for done in rounds]
 
 
+async def skip_leftovers(settings: WorkerSettings) -> None:
+    """Requests an interrupted bench left on the model's topic: its group moves past them, unread
+    (a worker's warm-up would otherwise drain them and fill the cache before the timed run)."""
+    topic = requests_topic(settings.model)
+    consumer = new_consumer(settings, group_id=consumer_group(settings.model, settings.role.value),
+                            enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = await partitions_of(settings, topic)
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        await consumer.commit({tp: await consumer.position(tp) for tp in partitions})
+    finally:
+        await consumer.stop()
+
+
 async def measure(args: argparse.Namespace, sizes: Sizes, settings: FleetSettings, served: Any, workload: Workload,
                   progress: Progress, stamp: str) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
     """Scenario 1, then the interleaved rounds of scenarios 2 and 3."""
@@ -308,6 +324,8 @@ async def measure(args: argparse.Namespace, sizes: Sizes, settings: FleetSetting
     try:
         await ensure_topics(settings, [requests_topic(BENCH_MODEL), requests_topic(served.dear.model)],
                             served.base.partitions)
+        for model in (served.base, served.dear):
+            await skip_leftovers(model)
         bench = Bench(args, sizes, settings, served.base, redis, producer, progress, stamp)
         exact = await exact_scenario(bench)
         dear = Bench(args, sizes, settings, served.dear, redis, producer, progress, stamp)

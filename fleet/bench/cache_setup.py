@@ -10,7 +10,7 @@ from pathlib import Path
 
 from common.settings import FleetSettings
 from fleet.arguments import command_parser
-from fleet.bench.cache_dear import DEAR_MODEL, dear_model
+from fleet.bench.cache_dear import DEAR_MODEL, TILES, dear_model
 from fleet.bench.fleet_process import bench_alias
 from fleet.stack.cli import wait_for_kafka, wait_for_redis
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
                         "request's base text (exactly or in a variant) the Zipf exponent is calibrated to")
     parser.add_argument("--rounds", type=int, help="interleaved rounds of the cache scenario and the semantic "
                         "tier's A/B; medians count (default 3; 1 quick)")
-    parser.add_argument("--dear-tiles", type=int, default=3, help="the dear model's sequence is faq-intent's "
-                        "this many times over (3: about 8x the encoder's cost per row)")
+    parser.add_argument("--dear-tiles", type=int, default=TILES, help="the dear model's sequence is faq-intent's "
+                        "this many times over (8: about 25x the INT8 encoder's cost per row; 3: about 7x)")
     parser.add_argument("--json", type=Path, help="default <home>/bench/cache.json")
     return parser.parse_args(argv)
