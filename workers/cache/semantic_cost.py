@@ -3,14 +3,7 @@
 A lookup costs an encoder pass over every row the exact cache missed, plus, where a verifier
 decides, its run over each candidate the index proposes (`verifier ms per candidate x
 candidates per row`); a hit saves one model row (what one more row adds to a model run).
-Lookups pay while `hit rate x model ms per row` exceeds that cost per row.
-
-The encoder and the verifier are timed in CPU time (each runs on one ONNX Runtime thread, the
-lookup's own), the model in wall time. The lookup runs beside the model's previous batch, so
-its wall time is mostly waiting for a core the model holds: beside a model 25x its cost per
-row, the encoder's wall time per row was 15x its CPU time, and lookups that paid were
-stopped. Its CPU time is what it takes from the model; the model's wall time is what a hit
-gives back. The tier
+Lookups pay while `hit rate x model ms per row` exceeds that cost per row. The tier
 measures all three. Until `warmup_rows` rows were looked up the hit rate is taken to be
 `cold_hit_rate` (40%): a cold cache finds little while it fills (on the bench's support
 traffic the hit rate of the lookups climbs for the first couple of thousand rows, to about

@@ -69,9 +69,9 @@ class SemanticTier:
     def _lookup_groups(self, prepared: Prepared, groups: list[VersionGroup], caches: list[SemanticCache]) -> None:
         assert self._encoder is not None
         for group, cache in zip(groups, caches, strict=True):
-            started, cpu_started = time.perf_counter(), time.thread_time()
+            started = time.perf_counter()
             group.vectors = self._encoder.infer([item.text for item in group.ready])
-            encoder_ms = (time.thread_time() - cpu_started) * 1000  # CPU: see workers/cache/semantic_cost.py
+            encoder_ms = (time.perf_counter() - started) * 1000
             if not cache.enabled:
                 continue
             texts = [canonical_text(item.text) for item in group.ready]
@@ -115,22 +115,20 @@ class SemanticTier:
         return verifier
 
     def _find(self, cache: SemanticCache, texts: list[str], vectors: Any) -> tuple[list[SemanticHit | None], int, float]:
-        """Hits per text, how many candidates the verifier judged and its CPU ms (0 and 0.0 without one)."""
+        """Hits per text, how many candidates the verifier judged and its ms (0 and 0.0 without one)."""
         if self.verifier is None:
             return cache.lookup(texts, vectors), 0, 0.0
         candidates = cache.candidates(texts, vectors)
         pairs = candidate_pairs(texts, candidates)
         if not pairs:
             return cache.settle([None] * len(texts)), 0, 0.0
-        cpu_started = time.thread_time()
-        verdicts = self.verifier.score(pairs)  # one ONNX Runtime thread: this one, so its CPU time counts it all
-        verifier_cpu_ms = (time.thread_time() - cpu_started) * 1000
+        verdicts = self.verifier.score(pairs)
         chosen = choose(candidates, verdicts.scores, self.verifier.threshold)
         self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
         accepted = sum(pick is not None for pick in chosen)
         self._metrics.verifier_candidates.labels(model=self._model, accepted="true").inc(accepted)
         self._metrics.verifier_candidates.labels(model=self._model, accepted="false").inc(len(pairs) - accepted)
-        return cache.settle(chosen), len(pairs), verifier_cpu_ms
+        return cache.settle(chosen), len(pairs), verdicts.elapsed_ms
 
     async def remember(self, computed: Computed) -> None:
         """Add what the model computed; score the sampled hits it computed to check them."""
