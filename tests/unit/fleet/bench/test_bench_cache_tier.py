@@ -3,7 +3,9 @@ tiled sequence, run by ONNX Runtime on a tiny graph (no built model needed)."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,8 @@ from onnx import TensorProto, helper
 from fleet.bench.cache_dear import tiled_graph
 from fleet.bench.cache_tier import ALWAYS, OFF, ON, describe, spread, tier_summary, tier_use, verdict
 from fleet.bench.cache_workload import TierShares
+from fleet.bench.plots import plot
+from tests.paths import REPO_ROOT
 
 
 def _run(per_s: float, *, semantic: int = 0, looked_up: float = 0.0, paying: bool | None = None) -> dict[str, Any]:
@@ -85,3 +89,11 @@ def test_the_dear_graph_reads_each_rows_tokens_tiles_times_over() -> None:
     mask = np.array([[1, 1, 1], [1, 1, 0]], dtype=np.int64)
     (score,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
     assert score.tolist() == [[18], [27]]  # three times the untiled sums, 6 and 9
+
+
+def test_the_recorded_run_plots_the_tiers_ratios(tmp_path: Path) -> None:
+    recorded = REPO_ROOT / "docs" / "benchmarks" / "data" / "cache-2026-12-03.json"
+    document = json.loads(recorded.read_text())
+    assert [summary["model"] for summary in document["semantic_tier"]] == ["faq-intent", "faq-intent-dear"]
+    png = plot(document, tmp_path / "cache.png")
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.stat().st_size > 40_000  # three panels
