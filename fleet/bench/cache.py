@@ -13,6 +13,11 @@ starts from `clear_model_cache` and a fresh worker.
 2. Caches at ~50% combined hit rate: a seeded Zipf workload (fleet/bench/cache_workload.py)
    drained in burst mode with caches off, exact only, and exact + semantic (the target compares
    the last with the first), otherwise equal settings.
+3. The semantic tier's A/B (fleet/bench/cache_tier.py): the same workload on faq-intent (2.
+   gives its runs) and on `faq-intent-dear`, a twin several times dearer than the encoder
+   (fleet/bench/cache_dear.py), exact only vs exact + semantic. The rounds of 2. and 3. are
+   interleaved (--rounds, 3 by default): each round runs every configuration of both models
+   once, so a shared machine's load falls on all alike; ratios are taken within a round.
 
 Prints progress and tables, writes every figure to <home>/bench/cache.json; exit 1 names the
 targets missed.
@@ -34,35 +39,31 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from common.redis_cluster import AnyRedis
-from fleet.arguments import command_parser
 from fleet.bench.batching import Progress
-from fleet.bench.cache_verifier import describe_standalone, describe_verifier, verifier_cost, verifier_ms_per_candidate
-from fleet.bench.cache_workload import (Workload, base_texts, cache_table, cache_workload, failed, format_verdicts,
-                                        query_set, tier_shares, verdicts)
-from fleet.bench.fleet_process import bench_alias
+from fleet.bench.cache_dear import describe_prices, price_list
+from fleet.bench.cache_setup import BENCH_MODEL, check_stack, parse_args, served_models
+from fleet.bench.cache_report import Results, document, report
+from fleet.bench.cache_tier import ALWAYS, CONFIGS, OFF, ON, TIER_CONFIGS, median_run, tier_summary
+from fleet.bench.cache_verifier import verifier_cost, verifier_ms_per_candidate
+from fleet.bench.cache_workload import Workload, base_texts, cache_workload, failed, query_set, tier_shares
 from fleet.bench.plots import plot_beside
 from fleet.bench.stats import LatencySummary
 from fleet.exits import Exit
 from common.clients import new_consumer, new_producer, redis_client
 from common.settings import FleetSettings
-from fleet.stack.cli import wait_for_kafka, wait_for_redis
 from common.topics import ensure_topics, partitions_of
 from gateway.waiter import ReplyWaiter
-from schemas.names import reply_stream, requests_topic
+from schemas.names import consumer_group, reply_stream, requests_topic
 from schemas.wire import ReplyTo, Request, Result, Status, new_request_id, now_ms
 from workers.cache.exact import clear_model_cache
 from workers.worker import Worker
-from models.registry import ModelNotFound, ModelRegistry
 from workers.settings import WorkerSettings
 
-MODEL, ENCODER, VERIFIER = "faq-intent", "minilm-embed", "cache-verifier"
-BENCH_MODEL = "faq-intent-bench"
 BARE_TOPIC = "fleet.bench.batching.bare-echo"
 REQUEST_TIMEOUT_S = 600.0  # backlog requests must not expire while they wait
 ROUND_TRIP_TIMEOUT_S = 10.0
-STACK_TIMEOUT_S = 10.0
-# Cache scenario rows: (exact_cache, semantic_cache); the target compares the last with the first.
-CACHE_CONFIGS = {"off": (False, False), "exact": (True, False), "exact+semantic": (True, True)}
+# The cache scenario's rows (settings in CONFIGS); the target compares the last with the first.
+CACHE_CONFIGS = ("off", OFF, ON)
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,12 @@ class Bench:
 
     def requests(self, texts: Sequence[str], waiter: str) -> list[Request]:
         submitted = now_ms()
-        return [Request(id=new_request_id(), model=BENCH_MODEL, inputs={"text": text}, reply=ReplyTo(redis=waiter),
+        return [Request(id=new_request_id(), model=self.base.model, inputs={"text": text}, reply=ReplyTo(redis=waiter),
                         deadline_ms=submitted + int(REQUEST_TIMEOUT_S * 1000), submitted_ms=submitted)
                 for text in texts]
 
-    async def produce(self, requests: Sequence[Request], topic: str = requests_topic(BENCH_MODEL)) -> None:
+    async def produce(self, requests: Sequence[Request], topic: str | None = None) -> None:
+        topic = topic or requests_topic(self.base.model)
         futures = [await self.producer.send(topic, r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
 
@@ -136,10 +138,15 @@ class Bench:
 
 
 def cache_counters(worker: Worker) -> dict[str, float]:
-    registry = worker.metrics.cache.registry
-    values = {tier: registry.get_sample_value("fleet_cache_hits_total", {"model": BENCH_MODEL, "tier": tier}) or 0.0
+    registry, model = worker.metrics.cache.registry, worker.settings.model
+    values = {tier: registry.get_sample_value("fleet_cache_hits_total", {"model": model, "tier": tier}) or 0.0
               for tier in ("local", "redis", "semantic")}
-    values["dedupe"] = registry.get_sample_value("fleet_cache_dedupe_total", {"model": BENCH_MODEL}) or 0.0
+    values["semantic_misses"] = registry.get_sample_value("fleet_cache_misses_total",
+                                                          {"model": model, "tier": "semantic"}) or 0.0
+    for accepted in ("true", "false"):
+        values["verifier_accepted" if accepted == "true" else "verifier_refused"] = registry.get_sample_value(
+            "fleet_cache_verifier_candidates_total", {"model": model, "accepted": accepted}) or 0.0
+    values["dedupe"] = registry.get_sample_value("fleet_cache_dedupe_total", {"model": model}) or 0.0
     values["computed"] = float(worker.computed)
     return values
 
@@ -240,18 +247,18 @@ async def exact_scenario(bench: Bench) -> dict[str, Any]:
 
 
 async def cache_run(bench: Bench, workload: Workload, caches: str) -> dict[str, Any]:
-    """One burst drain of the workload with `caches` in CACHE_CONFIGS."""
-    label = f"caches {caches}"
-    exact, semantic = CACHE_CONFIGS[caches]
-    await clear_model_cache(bench.redis, BENCH_MODEL, None)
-    settings = bench.worker_settings(exact_cache=exact, semantic_cache=semantic)
+    """One burst drain of the workload with `caches` in CONFIGS."""
+    model = bench.base.model
+    label = f"{model}: caches {caches}"
+    await clear_model_cache(bench.redis, model, None)
+    settings = bench.worker_settings(**CONFIGS[caches])
     worker = await bench.fresh_worker(settings)
     try:
-        warm = f"bench-{bench.stamp}-warm-{caches.replace('+', '-')}"
+        warm = f"bench-{bench.stamp}-{model}-warm-{caches.replace('+', '-')}"
         await bench.produce(bench.requests([f"zz warm-up probe {bench.stamp}"], warm))
         await bench.burst(worker, f"{label} warm-up")  # loads the semantic encoder and rebuilds its index
         await bench.replies(warm, 1)
-        waiter_id = f"bench-{bench.stamp}-zipf-{caches.replace('+', '-')}"
+        waiter_id = f"bench-{bench.stamp}-{model}-zipf-{caches.replace('+', '-')}"
         requests = bench.requests(workload.texts, waiter_id)
         await bench.produce(requests)
         before = cache_counters(worker)
@@ -271,100 +278,92 @@ async def cache_run(bench: Bench, workload: Workload, caches: str) -> dict[str, 
     bench.progress.say(f"{label}: {per_s:,.0f} req/s (drained {len(requests):,} in {wall_s:.2f} s), p99 submitted->"
                        f"finished {latency.p99_ms:,.0f} ms, combined hit rate {shares.combined:.1%}"
                        + (f", {errors} errors" if errors else ""))
-    return {"caches": caches, "requests": len(requests), "wall_s": wall_s, "requests_per_s": per_s,
+    return {"model": model, "caches": caches, "requests": len(requests), "wall_s": wall_s, "requests_per_s": per_s,
             "latency": asdict(latency), "tiers": shares.as_dict(), "counters": counters,
             "max_batch_size": settings.max_batch_size, "shares": shares, "verifier": verifier}
 
 
-def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run with the median throughput: machine noise hits interleaved rounds alike."""
-    return sorted(runs, key=lambda run: run["requests_per_s"])[len(runs) // 2]
+async def interleaved_rounds(bench: Bench, dear: Bench, workload: Workload, rounds: int) -> list[list[dict[str, Any]]]:
+    """Each round: faq-intent with every cache configuration, then the dear model off and on."""
+    plan = [(bench, caches) for caches in (*CACHE_CONFIGS, ALWAYS)] + [(dear, caches) for caches in TIER_CONFIGS]
+    done = []
+    for index in range(rounds):
+        bench.progress.say(f"round {index + 1} of {rounds}")
+        done.append([await cache_run(served, workload, caches) for served, caches in plan])
+    return done
 
 
-async def check_stack(settings: FleetSettings) -> None:
+def tier_rounds(rounds: Sequence[Sequence[dict[str, Any]]], model: str) -> list[dict[str, dict[str, Any]]]:
+    """Each round's semantic-off and -on runs of `model`, by configuration."""
+    return [{run["caches"]: run for run in done if run["model"] == model and run["caches"] in TIER_CONFIGS}
+            for done in rounds]
+
+
+async def skip_leftovers(settings: WorkerSettings) -> None:
+    """Requests an interrupted bench left on the model's topic: its group moves past them, unread
+    (a worker's warm-up would otherwise drain them and fill the cache before the timed run)."""
+    topic = requests_topic(settings.model)
+    consumer = new_consumer(settings, group_id=consumer_group(settings.model, settings.role.value),
+                            enable_auto_commit=False)
+    await consumer.start()
     try:
-        await wait_for_kafka(settings, STACK_TIMEOUT_S)
-        await wait_for_redis(settings, STACK_TIMEOUT_S)
-    except Exception as exc:
-        raise SystemExit(f"the stack does not answer ({exc}); start it with `scripts/stack up`") from None
+        partitions = await partitions_of(settings, topic)
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        await consumer.commit({tp: await consumer.position(tp) for tp in partitions})
+    finally:
+        await consumer.stop()
 
 
-def base_settings(settings: FleetSettings, args: argparse.Namespace) -> WorkerSettings:
-    """faq-intent and the semantic cache's encoder, aliased into the bench registry."""
-    registry, aliases = ModelRegistry(settings.registry_dir), ModelRegistry(settings.home / "bench" / "models")
+async def measure(args: argparse.Namespace, sizes: Sizes, settings: FleetSettings, served: Any, workload: Workload,
+                  progress: Progress, stamp: str) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
+    """Scenario 1, then the interleaved rounds of scenarios 2 and 3."""
+    redis = redis_client(settings)
+    producer = new_producer(settings, linger_ms=0, max_batch_size=512 * 1024)
+    await producer.start()
     try:
-        model = registry.resolve(MODEL, None, args.precision)
-        encoder = registry.resolve(ENCODER, None, WorkerSettings.model_fields["semantic_encoder_precision"].default)
-    except ModelNotFound as missing:
-        raise SystemExit(f"{missing}; build the models with scripts/build-models") from None
-    served = bench_alias(registry, model, aliases, BENCH_MODEL)
-    bench_alias(registry, encoder, aliases, ENCODER)
-    for precision in ("int8", "fp32"):  # the semantic tier's verifier, where one is built
-        verifier = next((m for m in reversed(registry.versions(VERIFIER)) if m.precision == precision), None)
-        if verifier is not None:
-            bench_alias(registry, verifier, aliases, VERIFIER)
-    return WorkerSettings(model=BENCH_MODEL, model_dir=aliases.root.resolve(), model_version=served.id,
-                          precision=args.precision, kafka_bootstrap=settings.kafka_bootstrap,
-                          redis_url=settings.redis_url, home=settings.home, max_batch_size=args.batch,
-                          intra_op_threads=args.threads,
-                          **({} if args.spinning is None else {"intra_op_spinning": args.spinning == "on"}),
-                          session_timeout_ms=6000)
+        await ensure_topics(settings, [requests_topic(BENCH_MODEL), requests_topic(served.dear.model)],
+                            served.base.partitions)
+        for model in (served.base, served.dear):
+            await skip_leftovers(model)
+        bench = Bench(args, sizes, settings, served.base, redis, producer, progress, stamp)
+        exact = await exact_scenario(bench)
+        dear = Bench(args, sizes, settings, served.dear, redis, producer, progress, stamp)
+        return exact, await interleaved_rounds(bench, dear, workload, args.rounds or sizes.rounds)
+    finally:
+        await producer.stop()
+        await redis.aclose()
 
 
 async def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     settings = FleetSettings()
     await check_stack(settings)
-    base = base_settings(settings, args)
+    served = served_models(settings, args)
+    base, dear = served.base, served.dear
     progress, stamp = Progress(), time.strftime("%Y%m%d-%H%M%S")
     workload = cache_workload(args.workload or sizes.workload, seed=args.seed, repeat_share=args.repeat_share)
     print(f"cache bench ({'quick' if args.quick else 'full'}): {BENCH_MODEL} = {base.model_version} "
-          f"({args.precision}), {os.cpu_count()} CPUs; Zipf workload: {len(workload.texts):,} requests over "
-          f"{workload.query_set_size:,} queries, exponent {workload.exponent:.3f}, exact repeats "
-          f"{workload.repeat_share:.1%}, seed {args.seed}", flush=True)
-    redis = redis_client(settings)
-    producer = new_producer(settings, linger_ms=0, max_batch_size=512 * 1024)
-    await producer.start()
-    try:
-        await ensure_topics(settings, [requests_topic(BENCH_MODEL)], base.partitions)
-        bench = Bench(args, sizes, settings, base, redis, producer, progress, stamp)
-        exact = await exact_scenario(bench)
-        rounds = [[await cache_run(bench, workload, caches) for caches in CACHE_CONFIGS] for _ in range(sizes.rounds)]
-        runs = [median_run([done[i] for done in rounds]) for i in range(len(CACHE_CONFIGS))]
-    finally:
-        await producer.stop()
-        await redis.aclose()
-    off, exact_only, on = runs
-    speedup = on["requests_per_s"] / off["requests_per_s"]
-    checks = verdicts(exact_per_s=exact["requests_per_s"], hit_p99_ms=exact["hit_round_trip"]["p99_ms"],
-                      bare_p99_ms=exact["bare_round_trip"]["p99_ms"], speedup=speedup,
-                      combined_hit_rate=on["shares"].combined)
-    print(f"\ncache scenario (faq-intent {args.precision}, max_batch_size {base.max_batch_size}, burst drain of "
-          f"{len(workload.texts):,} requests; latency = result finished_ms - submitted_ms, backlog included):")
-    print(cache_table(runs))
-    if len(rounds) > 1:
-        print("rounds (req/s): " + "; ".join(", ".join(f"{run['caches']} {run['requests_per_s']:,.0f}" for run in done)
-                                         for done in rounds) + " (the table shows each configuration's median)")
-    print(f"speedup vs off: exact+semantic {speedup:.2f}x, exact only "
-          f"{exact_only['requests_per_s'] / off['requests_per_s']:.2f}x")
-    print(describe_verifier(on["verifier"]))
-    standalone = verifier_ms_per_candidate(base.registry_dir, base_texts())
-    print(describe_standalone(standalone))
-    print(f"\nexact hits: max_batch_size {exact['max_batch_size']}, {exact['requests']:,} repeats of "
-          f"{exact['distinct_inputs']} inputs; req/s over the wall time of run(burst=True)")
-    print("\n" + format_verdicts(checks))
+          f"({args.precision}), {dear.model} = {dear.model_version}, {os.cpu_count()} CPUs; Zipf "
+          f"workload: {len(workload.texts):,} requests over {workload.query_set_size:,} queries, exponent "
+          f"{workload.exponent:.3f}, exact repeats {workload.repeat_share:.1%}, seed {args.seed}", flush=True)
+    texts = query_set(base_texts(), args.seed)[:256]
+    prices = price_list({"encoder": (served.registry.root, served.encoder),
+                         "faq-intent": (served.registry.root, served.model),
+                         dear.model: (served.aliases.root, served.dear_model)}, texts)
+    print(describe_prices(prices, len(texts)), flush=True)
+    exact, rounds = await measure(args, sizes, settings, served, workload, progress, stamp)
+    tier = [tier_summary("faq-intent", tier_rounds(rounds, BENCH_MODEL), prices["faq-intent"]),
+            tier_summary(dear.model, tier_rounds(rounds, dear.model), prices[dear.model])]
+    results = Results(exact, [median_run([done[i] for done in rounds]) for i in range(len(CACHE_CONFIGS))], rounds,
+                      tier, prices, verifier_ms_per_candidate(base.registry_dir, base_texts()))
+    checks = report(results, workload, base, args.precision)
     path: Path = args.json or settings.home / "bench" / "cache.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"meta": {"started": stamp, "quick": args.quick, "seed": args.seed, "cpus": os.cpu_count(),
-                         "version": base.model_version, "precision": args.precision, "sizes": asdict(sizes),
-                         "wall_s": progress.elapsed_s},
-                "workload": {"requests": len(workload.texts), "query_set": workload.query_set_size,
-                             "exponent": workload.exponent, "repeat_share": workload.repeat_share},
-                "exact": exact, "cache_scenario": [{k: v for k, v in r.items() if k != "shares"} for r in runs],
-                "verifier_alone": standalone,
-                "speedup": speedup, "speedup_exact_only": exact_only["requests_per_s"] / off["requests_per_s"],
-                "targets": [asdict(check) for check in checks]}
-    path.write_text(json.dumps(document, indent=2, default=lambda v: None) + "\n")
+    meta = {"started": stamp, "quick": args.quick, "seed": args.seed, "cpus": os.cpu_count(),
+            "version": base.model_version, "dear_version": dear.model_version, "precision": args.precision,
+            "sizes": asdict(sizes), "rounds": len(rounds), "wall_s": progress.elapsed_s}
+    path.write_text(json.dumps(document(results, checks, meta, workload), indent=2, default=lambda v: None) + "\n")
     plot_beside(path)
     missed = failed(checks)
     print(f"\n{progress.elapsed_s:.0f} s; JSON: {path}")
@@ -373,26 +372,8 @@ async def run(args: argparse.Namespace) -> int:
     return Exit.FAILED if missed else Exit.OK
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = command_parser("bench-cache", __doc__)
-    parser.add_argument("--quick", action="store_true", help="CI-sized run (under a minute)")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"), help="faq-intent version to serve")
-    parser.add_argument("--batch", type=int, default=32, help="max_batch_size of the cache scenario")
-    parser.add_argument("--exact-batch", type=int, default=256, help="max_batch_size of the exact-hit scenario")
-    parser.add_argument("--threads", type=int, default=0, help="FLEET_INTRA_OP_THREADS; 0 lets ONNX Runtime decide")
-    parser.add_argument("--spinning", choices=("on", "off"), help="FLEET_INTRA_OP_SPINNING (default: the "
-                        "worker's, which is off where a semantic cache runs a second ONNX Runtime session)")
-    parser.add_argument("--workload", type=int, help="requests of the cache scenario (default 4000; 1500 quick); "
-                        "the query set has ~1,100 base texts: many more push the hit rate well above 50%%")
-    parser.add_argument("--repeat-share", type=float, default=0.55, help="share of requests repeating an earlier "
-                        "request's base text (exactly or in a variant) the Zipf exponent is calibrated to")
-    parser.add_argument("--json", type=Path, help="default <home>/bench/cache.json")
-    return parser.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    return asyncio.run(run(parse_args(argv, __doc__)))
 
 
 if __name__ == "__main__":

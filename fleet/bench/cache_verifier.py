@@ -13,18 +13,22 @@ from workers.worker import Worker
 
 
 def verifier_cost(worker: Worker) -> dict[str, Any] | None:
-    """What the semantic tier's verifier cost per row looked up, from the tier's own cost model."""
+    """What the semantic tier's lookups cost per row looked up (encoder, verifier) and what its hits
+    save, from the tier's own cost model; None without a semantic tier. `version` is the verifier's
+    (None where none is registered)."""
     tier = worker.caches.semantic
-    if tier is None or tier.verifier is None:
+    if tier is None:
         return None
     cost = tier.cost
-    return {"version": tier.verifier.manifest.id, "ms_per_lookup": cost.verifier_ms_per_row,
-            "ms_per_candidate": cost.verifier_ms_per_candidate.value, "candidates_per_lookup": cost.candidates_per_row.value,
-            "encoder_ms_per_lookup": cost.encoder_ms_per_row.value, "paying": cost.paying}
+    return {"version": None if tier.verifier is None else tier.verifier.manifest.id,
+            "ms_per_lookup": cost.verifier_ms_per_row, "ms_per_candidate": cost.verifier_ms_per_candidate.value,
+            "candidates_per_lookup": cost.candidates_per_row.value, "encoder_ms_per_lookup": cost.encoder_ms_per_row.value,
+            "saved_ms_per_lookup": cost.saved_ms_per_row, "cost_ms_per_lookup": cost.cost_ms_per_row,
+            "model_ms_per_row": cost.model_ms_per_row.value, "hit_rate": cost.hit_rate.value, "paying": cost.paying}
 
 
 def describe_verifier(verifier: dict[str, Any] | None) -> str:
-    if verifier is None:
+    if verifier is None or verifier["version"] is None:
         return "semantic verifier: none registered (cosine threshold and guards alone)"
     per_candidate = verifier["ms_per_candidate"]
     return (f"semantic verifier {verifier['version']}: {verifier['ms_per_lookup']:.3f} ms per lookup "

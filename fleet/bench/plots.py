@@ -109,7 +109,11 @@ def median_runs(document: Document) -> list[Document]:
 def cache_figure(document: Document) -> Any:
     """The cache scenario: where answers came from, and the throughput, per cache configuration."""
     plt = pyplot()
-    figure, (shares, throughput) = plt.subplots(1, 2, figsize=(11, 4.2))
+    tier = document.get("semantic_tier")
+    figure, panels = plt.subplots(1, 3 if tier else 2, figsize=(16 if tier else 11, 4.2))
+    shares, throughput = panels[0], panels[1]
+    if tier:
+        semantic_tier_panel(panels[2], tier)
     runs = median_runs(document)
     names = [run["caches"] for run in runs]
     bottom = [0.0] * len(runs)
@@ -129,6 +133,26 @@ def cache_figure(document: Document) -> Any:
     for axes in (shares, throughput):
         axes.grid(alpha=0.3, axis="y")
     return figure
+
+
+def semantic_tier_panel(axes: Any, tier: list[Document]) -> None:
+    """Throughput with the semantic tier over without it, per model: lookups while they pay and
+    on every batch; bars at the median round, whiskers from the slowest to the fastest round."""
+    width = 0.38
+    for offset, (key, label, color) in enumerate((("ratio", "while they pay", FLEET_COLOR),
+                                                 ("always_ratio", "every batch", RAW_COLOR))):
+        xs = [index + (offset - 0.5) * width for index in range(len(tier))]
+        medians = [summary[key]["median"] for summary in tier]
+        whiskers = [[m - summary[key]["min"] for m, summary in zip(medians, tier, strict=True)],
+                    [summary[key]["max"] - m for m, summary in zip(medians, tier, strict=True)]]
+        axes.bar(xs, medians, width, yerr=whiskers, capsize=3, color=color, label=f"lookups {label}")
+        for x, median in zip(xs, medians, strict=True):
+            axes.annotate(f"{median:.2f}x", (x, median), ha="center", va="bottom", fontsize=8)
+    axes.axhline(1.0, color=CEILING_COLOR, linewidth=1)
+    axes.set_xticks(range(len(tier)), labels=[summary["model"] for summary in tier])
+    axes.set(title="Semantic tier on / off (exact cache in both)", ylabel="req/s ratio")
+    axes.grid(alpha=0.3, axis="y")
+    axes.legend(fontsize=8)
 
 
 def gateway_figure(document: Document) -> Any:

@@ -4,12 +4,16 @@ A lookup costs an encoder pass over every row the exact cache missed, plus, wher
 decides, its run over each candidate the index proposes (`verifier ms per candidate x
 candidates per row`); a hit saves one model row (what one more row adds to a model run).
 Lookups pay while `hit rate x model ms per row` exceeds that cost per row. The tier
-measures all three; the hit rate starts at an optimistic 100% and converges on what lookups
-find, so a model several times dearer than the encoder is looked up (and its cache filled)
-from the first batch, while one barely dearer than the encoder (faq-intent is the encoder
-plus a small head) stops after a batch or two: even a 100% hit rate would not pay there.
-While lookups do not pay, one batch in `probe_every` is still looked up to keep the figures
-(and the cache) fresh.
+measures all three. Until `warmup_rows` rows were looked up the hit rate is taken to be
+`cold_hit_rate` (40%): a cold cache finds little while it fills (on the bench's support
+traffic the hit rate of the lookups climbs for the first couple of thousand rows, to about
+45%), and a cache switched off before it is warm stays cold, since only probes add to it,
+so the probes would never find the hits that pay. A model whose lookups would not pay even
+at that rate (faq-intent, the encoder plus a small head, about 3x the INT8 encoder per row)
+stops lookups after its first batches; a model several times dearer is looked up (and its
+cache filled) for `warmup_rows` rows, at most, before the measured hit rate decides. The hit rate weighs batches by their rows (a one-row
+batch is one row, not a batch's worth of evidence). While lookups do not pay, one batch in `probe_every` is still
+looked up to keep the figures (and the cache) fresh.
 """
 
 import logging
@@ -22,7 +26,13 @@ log = logging.getLogger(__name__)
 class MarginalCost:
     """ms one more row adds to a model run: the slope of run time over rows, fitted over recent
     runs with exponential forgetting. A hit saves that, not the run's average per row, which
-    is inflated by the fixed cost of a run when hits leave small batches."""
+    is inflated by the fixed cost of a run when hits leave small batches.
+
+    The slope is capped at the average per row (a run's fixed cost is never negative). The fit
+    alone goes wild where it matters most: with lookups on and most rows hits, runs are a few
+    rows each and timed while the next batch's lookups take the same cores, so one slow small
+    run made the slope (and what a hit seemed to save) many times the model's cost, and lookups
+    that cost 40% of the throughput looked as if they paid."""
 
     alpha: float
     _n: float = 0.0
@@ -38,10 +48,16 @@ class MarginalCost:
 
     @property
     def value(self) -> float | None:
+        if not self._x:
+            return None
+        average = self._y / self._x
         spread = self._n * self._xx - self._x * self._x
         if self._n < 2 or spread <= 1e-9 * max(self._n * self._xx, 1.0):
-            return self._y / self._x if self._x else None  # one batch size so far: the average
-        return max((self._n * self._xy - self._x * self._y) / spread, 0.0)
+            return average  # one batch size so far
+        slope = (self._n * self._xy - self._x * self._y) / spread
+        # A slope at or below zero (a slow small run: the worker's first, or one beside a lookup)
+        # is noise, not rows that cost nothing: it stopped lookups on a model 25x the encoder.
+        return average if slope <= 0 else min(slope, average)
 
 
 @dataclass
@@ -53,14 +69,39 @@ class Ewma:
         self.value = sample if self.value is None else self.value + self.alpha * (sample - self.value)
 
 
+@dataclass
+class HitRate:
+    """Hits over rows looked up, both sums forgetting `alpha` per batch; `prior` until
+    `warmup_rows` rows were looked up in all."""
+
+    alpha: float
+    warmup_rows: int
+    prior: float
+    rows_seen: int = 0
+    _hits: float = 0.0
+    _rows: float = 0.0
+
+    def add(self, rows: int, hits: int) -> None:
+        keep = 1 - self.alpha
+        self._hits, self._rows = keep * self._hits + hits, keep * self._rows + rows
+        self.rows_seen += rows
+
+    @property
+    def value(self) -> float:
+        if self.rows_seen < self.warmup_rows or self._rows <= 0:
+            return self.prior
+        return self._hits / self._rows
+
+
 class LookupCost:
-    def __init__(self, *, probe_every: int = 50, alpha: float = 0.2) -> None:
+    def __init__(self, *, probe_every: int = 50, alpha: float = 0.2, warmup_rows: int = 2000,
+                 cold_hit_rate: float = 0.4) -> None:
         self.probe_every = probe_every
         self.encoder_ms_per_row = Ewma(alpha)
         self.model_ms_per_row = MarginalCost(alpha)
-        self.hit_rate = Ewma(alpha, value=1.0)
+        self.hit_rate = HitRate(alpha, warmup_rows, cold_hit_rate)
         self.verifier_ms_per_candidate = Ewma(alpha)
-        self.candidates_per_row = Ewma(alpha, value=0.0)
+        self.candidates_per_row = Ewma(alpha)  # from its first sample: starting at 0 hid the verifier's cost
         self.paying = True
         self._batches = 0
 
@@ -74,7 +115,7 @@ class LookupCost:
         if rows == 0:
             return
         self.encoder_ms_per_row.add(encoder_ms / rows)
-        self.hit_rate.add(hits / rows)
+        self.hit_rate.add(rows, hits)
         self.candidates_per_row.add(candidates / rows)
         if candidates:
             self.verifier_ms_per_candidate.add(verifier_ms / candidates)
@@ -97,7 +138,7 @@ class LookupCost:
 
     @property
     def saved_ms_per_row(self) -> float | None:
-        if self.hit_rate.value is None or self.model_ms_per_row.value is None:
+        if self.model_ms_per_row.value is None:
             return None
         return self.hit_rate.value * self.model_ms_per_row.value
 
@@ -110,5 +151,5 @@ class LookupCost:
             self.paying = paying
             log.warning("semantic lookups %s: hits save %.3f ms of model time per row, the encoder and verifier cost %.3f ms "
                         "(hit rate %.1f%%)%s", "pay" if paying else "do not pay", saved, cost,
-                        100 * (self.hit_rate.value or 0.0),
+                        100 * self.hit_rate.value,
                         "" if paying else f"; looking up 1 batch in {self.probe_every} until they do")

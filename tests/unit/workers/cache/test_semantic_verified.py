@@ -99,7 +99,7 @@ def test_without_a_floor_the_threshold_never_descends() -> None:
 
 
 def test_the_cost_model_counts_the_verifier_per_candidate() -> None:
-    cost = LookupCost(alpha=1.0)
+    cost = LookupCost(alpha=1.0, warmup_rows=0)  # the measured hit rate counts from the first lookup
     cost.record_model(10, 10.0)
     cost.record_model(20, 20.0)  # one more model row costs 1 ms
     cost.record_lookup(10, 8, encoder_ms=2.0, candidates=5, verifier_ms=5.0)
