@@ -20,9 +20,9 @@ from models.registry import AccuracyCheck
 DEFAULT_MAX_FALSE_HITS = 0.01
 MIN_SHOULD_HIT = 0.40
 MAX_FALSE_HITS_ENV = "FLEET_SEMANTIC_MAX_FALSE_HITS"
-# The one-sided confidence of the safety margin: the pooled false-hit rate's Wilson upper bound at
-# 95% must be within the target too, so that a few lucky held-out traps do not buy a threshold
-# that serves more than the target on the next, unseen traps.
+# The one-sided 95% confidence of the optional safety margin (`calibrate(margin_z=...)`). The build
+# does not use it: on the outsider pair sets it cost should-hit pairs and stopped no trap
+# (docs/concepts/semantic-cache.md).
 MARGIN_Z = 1.645
 
 Scores = npt.NDArray[np.float32]
