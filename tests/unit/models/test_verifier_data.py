@@ -31,3 +31,14 @@ def test_every_held_out_kind_is_a_known_kind_with_enough_pairs() -> None:
     assert set(kinds) <= set(SHOULD_HIT_KINDS) | set(TRAP_KINDS), kinds
     assert min(kinds.values()) >= 30, kinds  # one pair moves a kind's rate by at most 1/30
     assert dataset.version.startswith("verifier-pairs-v2 sha256:")
+
+
+def test_the_third_outsider_set_covers_every_trap_kind_of_the_issue() -> None:
+    from fleet.commands.cache_eval import load_pairs
+    from tests.paths import REPO_ROOT
+
+    pairs = load_pairs(REPO_ROOT / "tests" / "data" / "outsider_pairs_3.json")
+    traps = Counter(pair.kind for pair in pairs if not pair.should_hit)
+    assert sum(pair.should_hit for pair in pairs) >= 40 and sum(traps.values()) >= 60
+    assert {"negation", "antonym", "entity", "number", "date", "scope"} <= set(traps), traps
+    assert len({(pair.a, pair.b) for pair in pairs}) == len(pairs) and all(pair.a != pair.b for pair in pairs)
