@@ -59,7 +59,8 @@ def heldout_check(scores: npt.NDArray[np.float32], heldout: Sequence[PairExample
     point = calibrate(scores[~should], scores[should], max_false_hits,
                       trap_kinds=[p.kind for p in heldout if not p.should_hit])
     progress.step(f"operating point: threshold {point.threshold:.4f}, held-out traps served {point.false_hits:.2%} "
-                  f"(mean over kinds) of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
+                  f"(mean over kinds; pooled {point.pooled_false_hits:.2%}) "
+                  f"of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
     check = gate(point, max_false_hits)
     per_kind = _per_kind(scores, heldout, point)
     return check.model_copy(update={"figures": {**check.figures, **per_kind, **(figures or {})}})

@@ -7,6 +7,7 @@ The rates are per pair: the share of held-out traps whose score reaches the thre
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from models.registry import AccuracyCheck
 DEFAULT_MAX_FALSE_HITS = 0.01
 MIN_SHOULD_HIT = 0.40
 MAX_FALSE_HITS_ENV = "FLEET_SEMANTIC_MAX_FALSE_HITS"
+# The one-sided 95% confidence of the optional safety margin (`calibrate(margin_z=...)`). The build
+# does not use it: on the outsider pair sets it cost should-hit pairs and stopped no trap
+# (docs/concepts/semantic-cache.md).
+MARGIN_Z = 1.645
 
 Scores = npt.NDArray[np.float32]
 
@@ -39,13 +44,16 @@ class OperatingPoint:
     should_hit: float  # share of held-out should-hit pairs served
     traps: int
     should_hits: int
+    pooled_false_hits: float = 0.0  # share of all held-out traps served, whatever their kind
 
 
 def calibrate(trap_scores: Scores, hit_scores: Scores, max_false_hits: float,
-              trap_kinds: Sequence[str] | None = None) -> OperatingPoint:
+              trap_kinds: Sequence[str] | None = None, margin_z: float = 0.0) -> OperatingPoint:
     """The lowest threshold serving at most `max_false_hits` of the traps. With `trap_kinds`, the
     rate is the mean of the per-kind rates: every kind weighs the same, so a set rich in easy
-    traps (negations the guards catch anyway) cannot buy a low threshold for the hard ones."""
+    traps (negations the guards catch anyway) cannot buy a low threshold for the hard ones. With
+    `margin_z`, the upper confidence bound of the pooled rate (`upper_bound`) must be within the
+    target as well: a margin for traps the held-out set does not hold."""
     if len(trap_scores) == 0 or len(hit_scores) == 0:
         raise ValueError("calibration needs held-out traps and should-hit pairs")
     traps = np.asarray(trap_scores, dtype=np.float32)
@@ -53,9 +61,19 @@ def calibrate(trap_scores: Scores, hit_scores: Scores, max_false_hits: float,
     # smallest threshold that trap misses, whatever precision it is later compared in.
     options = np.concatenate([[np.float32(0.0)], np.nextafter(np.unique(traps), np.float32(np.inf))])
     for threshold in options:  # ascending: the first within the target is the lowest
-        if trap_rate(traps, float(threshold), trap_kinds) <= max_false_hits + 1e-12:
+        within = trap_rate(traps, float(threshold), trap_kinds) <= max_false_hits + 1e-12
+        served = int(np.sum(traps >= threshold))
+        if within and (margin_z <= 0 or upper_bound(served, len(traps), margin_z) <= max_false_hits + 1e-12):
             return measure(traps, hit_scores, float(threshold), trap_kinds)
     raise AssertionError("unreachable: above the highest trap score no trap is served")
+
+
+def upper_bound(served: int, total: int, z: float = MARGIN_Z) -> float:
+    """One-sided Wilson upper bound of a rate seen as `served` of `total`."""
+    rate = served / total
+    centre = rate + z * z / (2 * total)
+    spread = z * math.sqrt(rate * (1 - rate) / total + z * z / (4 * total * total))
+    return (centre + spread) / (1 + z * z / total)
 
 
 def trap_rate(trap_scores: Scores, threshold: float, trap_kinds: Sequence[str] | None = None) -> float:
@@ -70,7 +88,7 @@ def measure(trap_scores: Scores, hit_scores: Scores, threshold: float,
             trap_kinds: Sequence[str] | None = None) -> OperatingPoint:
     hits = np.asarray(hit_scores, dtype=np.float32)
     return OperatingPoint(threshold, trap_rate(trap_scores, threshold, trap_kinds), float(np.mean(hits >= threshold)),
-                          len(trap_scores), len(hits))
+                          len(trap_scores), len(hits), trap_rate(trap_scores, threshold))
 
 
 def gate(point: OperatingPoint, max_false_hits: float, name: str = "verifier-heldout") -> AccuracyCheck:
@@ -82,4 +100,7 @@ def gate(point: OperatingPoint, max_false_hits: float, name: str = "verifier-hel
         name=name, metric="heldout_should_hit_at_target", value=value, threshold=MIN_SHOULD_HIT, comparison=">=",
         figures={"operating_threshold": point.threshold, "heldout_false_hits": point.false_hits,
                  "heldout_should_hit": point.should_hit, "max_false_hits": max_false_hits,
-                 "heldout_traps": float(point.traps), "heldout_should_hit_pairs": float(point.should_hits)})
+                 "heldout_traps": float(point.traps), "heldout_should_hit_pairs": float(point.should_hits),
+                 "heldout_pooled_false_hits": point.pooled_false_hits,
+                 "heldout_pooled_false_hits_upper_bound": upper_bound(round(point.pooled_false_hits * point.traps),
+                                                                      point.traps) if point.traps else 0.0})

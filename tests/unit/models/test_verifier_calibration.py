@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.build.verifier_calibration import MIN_SHOULD_HIT, calibrate, gate, max_false_hits_from_env, measure
+from models.build.verifier_calibration import (
+    MIN_SHOULD_HIT,
+    calibrate,
+    gate,
+    max_false_hits_from_env,
+    measure,
+    upper_bound,
+)
 
 
 def test_the_threshold_serves_at_most_the_target_share_of_traps() -> None:
@@ -62,3 +69,20 @@ def test_with_kinds_every_kind_weighs_the_same() -> None:
     per_kind = calibrate(traps, hits, 0.02, trap_kinds=kinds)
     assert pooled.threshold <= 0.8 and pooled.should_hit == 1.0
     assert per_kind.threshold > 0.9 and per_kind.false_hits == 0.0 and per_kind.should_hit == 0.5
+
+
+def test_the_margin_keeps_the_upper_confidence_bound_within_the_target() -> None:
+    # 1000 traps: without the margin the 1% target allows 10 of them; the pooled rate's 95% upper
+    # bound must also be within 1%, which allows 4 (upper bound 0.89% for 4, 1.02% for 5).
+    traps = np.linspace(0.0, 0.99, 1000).astype(np.float32)
+    hits = np.array([0.995, 0.5], dtype=np.float32)
+    plain = calibrate(traps, hits, 0.01)
+    margin = calibrate(traps, hits, 0.01, margin_z=1.645)
+    assert np.sum(traps >= plain.threshold) == 10
+    assert np.sum(traps >= margin.threshold) == 4 and margin.threshold > plain.threshold
+    assert upper_bound(4, 1000) <= 0.01 < upper_bound(5, 1000)
+
+
+def test_the_upper_bound_is_above_the_rate_and_shrinks_with_more_pairs() -> None:
+    assert upper_bound(0, 100) > 0 and upper_bound(10, 100) > 0.1
+    assert upper_bound(10, 1000) < upper_bound(1, 100)
