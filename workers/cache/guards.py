@@ -12,7 +12,8 @@ them apart without also refusing most real paraphrases, so a semantic hit must a
   ("twenty five", "a hundred", "twice"), ordinals ("3rd", "third") and times of day with
   am/pm ("7 am" = "7:00 a.m." but != "7 pm"; noon, midnight) must be the same sets;
 - negation: a negation ("not", "n't", "never", "no", "without", "unable", ...) in one text
-  and none in the other;
+  and none in the other, or a word negated by its prefix ("authorized" vs "unauthorized",
+  "eligible" vs "ineligible");
 - opposites: one text uses one side of an opposite pair (enable/disable, add/remove,
   cancel/renew, in/out, before/after, ...) that the other lacks while the other uses the
   other side ("turn on"/"turn off", "log in"/"log out" are folded into these first);
@@ -22,7 +23,11 @@ them apart without also refusing most real paraphrases, so a semantic hit must a
 - meaning-critical vocabulary: countries, currencies, payment brands, carriers, platforms,
   months, weekdays and relative days must be the same sets; account fields (password,
   e-mail, phone...), plans, shipping speeds and billing periods must be the same sets when
-  both texts name one.
+  both texts name one;
+- related entities (`related_entities.py`): two siblings of one kind ("fridge" vs "freezer"),
+  or the same two in the other order ("from savings to checking" vs "from checking to savings");
+- swapped roles (`role_swap.py`): any two shared words on the other sides of a direction word
+  ("merge develop into main" vs "merge main into develop").
 
 Limits (what it cannot catch, by design cheap: regex and sets, no parser, no model):
 - a meaning change carried by an ordinary word outside these lists ("reset my password"
@@ -43,10 +48,13 @@ import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from workers.cache.related_entities import Mentions, mentions, related_conflict
+from workers.cache.role_swap import swapped_roles
+
 # --- vocabulary ------------------------------------------------------------------------
 
 NEGATIONS = frozenset({
-    "not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without", "cannot",
+    "not", "non", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without", "cannot",
     "unable", "cant", "dont", "doesnt", "didnt", "wont", "isnt", "arent", "wasnt", "werent", "havent",
     "hasnt", "hadnt", "shouldnt", "wouldnt", "couldnt", "aint",
 })
@@ -189,6 +197,8 @@ class Features:
     words: frozenset[str]  # lower-case words after folding phrases ("log in" -> "login")
     spelled: frozenset[str]  # lower-case words as written, for the proper-noun check
     proper: frozenset[str]
+    related: Mentions
+    text: str = ""  # as written, for the swapped-roles check
 
 
 def meaning_conflict(a: str, b: str) -> str | None:
@@ -203,6 +213,9 @@ def conflict_between(fa: Features, fb: Features) -> str | None:
         return f"numbers differ: {_diff(fa.numbers, fb.numbers)}"
     if fa.negated != fb.negated:
         return "negation in one text only"
+    prefixed = _negated_by_prefix(fa.words - fb.words, fb.words - fa.words)
+    if prefixed:
+        return f"negating prefix: {prefixed}"
     for left, right in OPPOSITES:
         a_left, a_right, b_left, b_right = fa.words & left, fa.words & right, fb.words & left, fb.words & right
         if (a_left - fb.words and b_right - fa.words and not a_right and not b_left) or \
@@ -219,7 +232,7 @@ def conflict_between(fa: Features, fb: Features) -> str | None:
         a_named, b_named = fa.words & vocabulary, fb.words & vocabulary
         if a_named and b_named and a_named != b_named:
             return f"{kind} differs: {_diff(a_named, b_named)}"
-    return None
+    return related_conflict(fa.related, fb.related) or (swapped_roles(fa.text, fb.text) if fa.text and fb.text else None)
 
 
 def features(text: str) -> Features:
@@ -249,7 +262,22 @@ def features(text: str) -> Features:
     word_set = frozenset(w.replace("'", "") for w in words) | frozenset(words)
     negated = any(w in NEGATIONS or w.endswith("n't") for w in word_set)
     spelled = frozenset(w.lower() for w in _WORD.findall(text))
-    return Features(frozenset(identifiers), frozenset(numbers), negated, word_set, spelled, frozenset(proper))
+    return Features(frozenset(identifiers), frozenset(numbers), negated, word_set, spelled, frozenset(proper),
+                    mentions(text), text)
+
+
+NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non")
+
+
+def _negated_by_prefix(only_a: frozenset[str], only_b: frozenset[str]) -> str | None:
+    """A word in one text that is the other's word with a negating prefix ("authorized" vs
+    "unauthorized", "eligible" vs "ineligible", "refundable" vs "non-refundable")."""
+    for words, others in ((only_a, only_b), (only_b, only_a)):
+        for word in words:
+            for prefix in NEGATING_PREFIXES:
+                if word.startswith(prefix) and len(word) - len(prefix) >= 4 and word[len(prefix):] in others:
+                    return f"{word!r} vs {word[len(prefix):]!r}"
+    return None
 
 
 def _proper_nouns(text: str) -> set[str]:
