@@ -21,6 +21,7 @@ import numpy.typing as npt
 from models.backends.onnx import open_session
 from models.pair_feeds import encode_pairs, pair_tokenizer
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
+from workers.cache.same_question import same_question
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,14 @@ class CacheVerifier:
         return None
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> Verdicts:
-        """P(same) for each (new text, cached text)."""
+        """P(same) for each (new text, cached text); one question written twice is 1.0 without
+        running the model (`same_question`)."""
         started = time.perf_counter()
-        out: list[npt.NDArray[np.float32]] = []
-        for start in range(0, len(pairs), _SUB_BATCH):
+        scores = np.ones(len(pairs), dtype=np.float32)
+        judged = [i for i, (text, cached) in enumerate(pairs) if not same_question(text, cached)]
+        for start in range(0, len(judged), _SUB_BATCH):
+            rows = judged[start:start + _SUB_BATCH]
             with self._lock:
-                feeds = encode_pairs(self._tokenizer, pairs[start:start + _SUB_BATCH])
-            out.append(np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)[:, 1])
-        scores = np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+                feeds = encode_pairs(self._tokenizer, [pairs[i] for i in rows])
+            scores[rows] = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)[:, 1]
         return Verdicts(scores, (time.perf_counter() - started) * 1000)
