@@ -14,7 +14,6 @@ from tests.paths import REPO_ROOT
 from workers.cache.verifier import CacheVerifier
 
 OUTSIDER = REPO_ROOT / "tests" / "data" / "outsider_pairs.json"
-SECOND = REPO_ROOT / "tests" / "data" / "outsider_pairs_2.json"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +48,7 @@ def test_on_the_outsider_set_the_shipped_operating_point_meets_the_targets(verif
 
 
 # Issue 26's targets on pairs the project never trained on. Measured on cache-verifier INT8 (build of
-# 2026-12-03): 0 of 115 traps, 45.7% of 70 should-hit pairs (docs/concepts/semantic-cache.md).
+# 2026-12-03): 0 of 115 traps, 58.6% of 70 should-hit pairs (docs/concepts/semantic-cache.md).
 OUTSIDER_MAX_TRAPS = 0.01
 OUTSIDER_MIN_SHOULD_HIT = 0.40
 
@@ -76,15 +75,16 @@ def test_scores_are_batched_and_nearly_free_of_batch_mates(verifier: CacheVerifi
 
 
 @pytest.mark.models
-def test_on_the_second_outsider_set_at_most_one_trap_is_served(verifier: CacheVerifier) -> None:
-    """40 traps: one served is 2.5%, over the 1% target on this set alone (fridge -> freezer, measured);
-    across both outsider sets 1 of 155. A rebuild that serves more fails here."""
+@pytest.mark.parametrize("pairs_file", ["outsider_pairs_2.json", "outsider_pairs_3.json"])
+def test_on_the_second_and_third_outsider_sets_the_shipped_point_meets_the_targets(
+        verifier: CacheVerifier, pairs_file: str) -> None:
+    """Set 2 (40 traps) served fridge -> freezer and set 3 (79) a Chrome/Firefox role swap until the
+    related-entities guard; measured now: 0 traps on both, 50.0% and 48.0% of should-hit pairs."""
     from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, embed_all, evaluate, load_pairs
 
-    pairs = load_pairs(Path(SECOND))
+    pairs = load_pairs(REPO_ROOT / "tests" / "data" / pairs_file)
     _, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
     verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores
     verified = evaluate(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, verifier.threshold)
-    traps = sum(not pair.should_hit for pair in pairs)
-    assert round(verified.traps * traps) <= 1, verified
+    assert verified.traps <= OUTSIDER_MAX_TRAPS, verified
     assert verified.should_hit >= OUTSIDER_MIN_SHOULD_HIT, verified

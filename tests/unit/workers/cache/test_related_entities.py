@@ -47,3 +47,17 @@ def test_a_longer_member_hides_the_shorter_inside_it_and_capitalised_members_mat
     named = mentions("Open a savings account and a Word document; word of mouth helped").named
     assert [m.member for m in named] == ["savings account", "word"]
     assert [m.at for m in named] == [7, 29]
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("What does it mean if my payment was authorized?", "What does it mean if my payment was unauthorized?"),
+    ("Why is my order eligible for a return?", "Why is my order ineligible for a return?"),
+    ("Is the deposit refundable?", "Is the deposit non-refundable?"),
+])
+def test_a_word_negated_by_its_prefix_conflicts(a: str, b: str) -> None:
+    found = meaning_conflict(a, b)
+    assert found is not None and found.startswith(("negating prefix", "negation")), found
+
+
+def test_a_prefix_that_makes_another_word_is_not_a_negation() -> None:
+    assert meaning_conflict("How do I install the app?", "How do I reinstall the app?") is None
