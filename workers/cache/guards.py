@@ -126,6 +126,7 @@ OPPOSITES: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
     (frozenset({"new", "current"}), frozenset({"old", "former", "previous"})),
     (frozenset({"same"}), frozenset({"different", "another", "other"})),
     (frozenset({"succeeded", "successful", "worked", "approved"}), frozenset({"failed", "declined", "unsuccessful"})),
+    (frozenset({"is", "are", "am"}), frozenset({"was", "were"})),  # "is it due in June" / "was it due in June"
 )
 
 # Sets that must be equal (presence in one text only is a conflict).
