@@ -151,7 +151,8 @@ async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redi
 
 
 NEGATION_SEED = "Is it safe to leave the heater on overnight?"
-NEGATION_TRAP = "Is it unsafe to leave the heater on overnight?"  # no "not": the guards' word lists pass it
+# No "not", no negating prefix, no listed opposite: the guards pass it (cosine 0.94), the verifier reads it.
+NEGATION_TRAP = "Should I avoid leaving the heater on overnight?"
 VERIFIED_PARAPHRASE = "Can I leave the heater on overnight safely?"
 
 
