@@ -126,7 +126,8 @@ OPPOSITES: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
     (frozenset({"new", "current"}), frozenset({"old", "former", "previous"})),
     (frozenset({"same"}), frozenset({"different", "another", "other"})),
     (frozenset({"succeeded", "successful", "worked", "approved"}), frozenset({"failed", "declined", "unsuccessful"})),
-    (frozenset({"is", "are", "am"}), frozenset({"was", "were"})),  # "is it due in June" / "was it due in June"
+    # Tense: "is it due in June" / "was it due in June", "what will my balance be" / "what was it".
+    (frozenset({"is", "are", "am", "will"}), frozenset({"was", "were"})),
 )
 
 # Sets that must be equal (presence in one text only is a conflict).
@@ -162,6 +163,10 @@ EXCLUSIVE: dict[str, frozenset[str]] = {
     "speed": frozenset({"standard", "express", "overnight", "economy", "priority", "sameday", "nextday", "expedited"}),
     "period": frozenset({"monthly", "yearly", "annual", "annually", "weekly", "daily", "quarterly", "lifetime"}),
     "channel": frozenset({"sms", "text", "call", "chat", "voicemail", "whatsapp", "letter", "fax"}),
+    "unit": frozenset({"kilobytes", "megabytes", "gigabytes", "terabytes", "kb", "mb", "gb", "tb", "kilograms", "kg",
+                       "pounds", "lbs", "lb", "grams", "ounces", "oz", "litres", "liters", "gallons", "miles",
+                       "kilometres", "kilometers", "km", "celsius", "fahrenheit", "inches", "centimetres",
+                       "centimeters", "cm", "metres", "meters", "feet", "hours", "days", "weeks", "minutes"}),
 }
 
 CURRENCY_SYMBOLS = {"$": "usd", "€": "eur", "£": "gbp", "¥": "jpy"}

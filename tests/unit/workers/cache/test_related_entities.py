@@ -61,3 +61,11 @@ def test_a_word_negated_by_its_prefix_conflicts(a: str, b: str) -> None:
 
 def test_a_prefix_that_makes_another_word_is_not_a_negation() -> None:
     assert meaning_conflict("How do I install the app?", "How do I reinstall the app?") is None
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("What was my bank balance at the end of the month?", "What will my bank balance be at the end of the month?"),
+    ("How many gigabytes of cloud storage do I get?", "How many terabytes of cloud storage do I get?"),
+])
+def test_another_tense_or_unit_conflicts(a: str, b: str) -> None:
+    assert meaning_conflict(a, b) is not None
