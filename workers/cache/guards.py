@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from workers.cache.related_entities import Mentions, mentions, related_conflict
-from workers.cache.role_swap import swapped_roles
+from workers.cache.role_swap import Link, links, roles_conflict
 
 # --- vocabulary ------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ EXCLUSIVE: dict[str, frozenset[str]] = {
     "period": frozenset({"monthly", "yearly", "annual", "annually", "weekly", "daily", "quarterly", "lifetime"}),
     "channel": frozenset({"sms", "text", "call", "chat", "voicemail", "whatsapp", "letter", "fax"}),
     "unit": frozenset({"kilobytes", "megabytes", "gigabytes", "terabytes", "kb", "mb", "gb", "tb", "kilograms", "kg",
-                       "pounds", "lbs", "lb", "grams", "ounces", "oz", "litres", "liters", "gallons", "miles",
+                       "lbs", "lb", "grams", "ounces", "oz", "litres", "liters", "gallons", "miles",
                        "kilometres", "kilometers", "km", "celsius", "fahrenheit", "inches", "centimetres",
                        "centimeters", "cm", "metres", "meters", "feet", "hours", "days", "weeks", "minutes"}),
 }
@@ -204,7 +204,7 @@ class Features:
     spelled: frozenset[str]  # lower-case words as written, for the proper-noun check
     proper: frozenset[str]
     related: Mentions
-    text: str = ""  # as written, for the swapped-roles check
+    roles: tuple[Link, ...]
 
 
 def meaning_conflict(a: str, b: str) -> str | None:
@@ -238,7 +238,7 @@ def conflict_between(fa: Features, fb: Features) -> str | None:
         a_named, b_named = fa.words & vocabulary, fb.words & vocabulary
         if a_named and b_named and a_named != b_named:
             return f"{kind} differs: {_diff(a_named, b_named)}"
-    return related_conflict(fa.related, fb.related) or (swapped_roles(fa.text, fb.text) if fa.text and fb.text else None)
+    return related_conflict(fa.related, fb.related) or roles_conflict(fa.roles, fb.roles)
 
 
 def features(text: str) -> Features:
@@ -269,7 +269,7 @@ def features(text: str) -> Features:
     negated = any(w in NEGATIONS or w.endswith("n't") for w in word_set)
     spelled = frozenset(w.lower() for w in _WORD.findall(text))
     return Features(frozenset(identifiers), frozenset(numbers), negated, word_set, spelled, frozenset(proper),
-                    mentions(text), text)
+                    mentions(text), links(text))
 
 
 NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non")

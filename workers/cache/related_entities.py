@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from workers.cache.role_swap import DIRECTIONS
+
 # One tuple per kind of thing; "a|b" spells one member two ways (the first is its name).
 GROUPS: tuple[tuple[str, ...], ...] = (
     # home and appliances
@@ -164,9 +166,10 @@ def related_conflict(a: Mentions, b: Mentions) -> str | None:
 
 
 # What may stand between two members for the text to read as going from the first to the second:
-# a few words at most, one of them a direction ("to", "into", "in", "for", ...).
+# a few words at most, one of them a direction word, or a place word between two named things
+# ("Chrome bookmarks in Firefox").
 _DIRECTION = re.compile(
-    r"(?:\W+\w+){0,3}?\W+(?:to|into|onto|in|on|for|from|over|towards|vs|versus|than)(?:\W+\w+){0,3}?\W+",
+    rf"(?:\W+\w+){{0,3}}?\W+(?:{'|'.join(sorted(DIRECTIONS | {'in', 'on', 'over', 'towards'}))})(?:\W+\w+){{0,3}}?\W+",
     re.IGNORECASE)
 
 

@@ -26,21 +26,28 @@ _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 _REACH = 3  # content words read on each side of a direction word
 
 
-def links(text: str) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+Link = tuple[str, frozenset[str], frozenset[str]]
+
+
+def links(text: str) -> tuple[Link, ...]:
     """(direction word, the content words just before it, those just after) per direction word."""
     tokens = _TOKEN.findall(text.casefold())
-    return [(token, _phrase(tokens[i - 1::-1] if i else []), _phrase(tokens[i + 1:]))
-            for i, token in enumerate(tokens) if token in DIRECTIONS]
+    return tuple((token, _phrase(tokens[i - 1::-1] if i else []), _phrase(tokens[i + 1:]))
+                 for i, token in enumerate(tokens) if token in DIRECTIONS)
 
 
-def swapped_roles(a: str, b: str) -> str | None:
+def roles_conflict(a: tuple[Link, ...], b: tuple[Link, ...]) -> str | None:
     """A direction word both texts use, with a word before it in one text after it in the other
     and a word after it in one before it in the other; or None."""
-    for word, before_a, after_a in links(a):
-        for other, before_b, after_b in links(b):
+    for word, before_a, after_a in a:
+        for other, before_b, after_b in b:
             if word == other and before_a & after_b and after_a & before_b:
                 return f"roles swapped around {word!r}: {sorted(before_a & after_b)} and {sorted(after_a & before_b)}"
     return None
+
+
+def swapped_roles(a: str, b: str) -> str | None:
+    return roles_conflict(links(a), links(b))
 
 
 def _phrase(tokens: list[str]) -> frozenset[str]:

@@ -11,9 +11,10 @@ traffic the hit rate of the lookups climbs for the first couple of thousand rows
 so the probes would never find the hits that pay. A model whose lookups would not pay even
 at that rate (faq-intent, the encoder plus a small head, about 3x the INT8 encoder per row)
 stops lookups after its first batches; a model several times dearer is looked up (and its
-cache filled) for `warmup_rows` rows, at most, before the measured hit rate decides. The hit rate weighs batches by their rows (a one-row
-batch is one row, not a batch's worth of evidence). While lookups do not pay, one batch in `probe_every` is still
-looked up to keep the figures (and the cache) fresh.
+cache filled) for `warmup_rows` rows, at most, before the measured hit rate decides. The hit
+rate weighs batches by their rows (a one-row batch is one row, not a batch's worth of
+evidence). While lookups do not pay, one batch in `probe_every` is still looked up to keep
+the figures (and the cache) fresh.
 """
 
 import logging
