@@ -110,10 +110,10 @@ class WorkerSettings(ModelMemberSettings):
     semantic_verifier: bool = Field(True, description="Let the registered cache-verifier (a cross-encoder built by "
                                     "scripts/build-models) decide among the nearest candidates; without one built, "
                                     "the cosine threshold and the guards decide alone")
-    semantic_recall_threshold: float = Field(0.75, gt=0, le=1, description="Least cosine similarity of a candidate "
+    semantic_recall_threshold: float = Field(0.55, gt=0, le=1, description="Least cosine similarity of a candidate "
                                              "the verifier judges (replaces semantic_threshold while a verifier is "
                                              "loaded); see `fleet cache-eval`")
-    semantic_min_threshold: float = Field(0.70, gt=0, le=1, description="Floor the recall threshold may descend "
+    semantic_min_threshold: float = Field(0.50, gt=0, le=1, description="Floor the recall threshold may descend "
                                           "to while verified hits stay within half the false-hit budget")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")

@@ -30,7 +30,7 @@ from workers.cache.verifier import CacheVerifier
 from workers.settings import WorkerSettings
 
 PAIRS_PATH = Path(__file__).resolve().parents[2] / "workers" / "cache" / "data" / "semantic_pairs.json"
-THRESHOLDS = (0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
+THRESHOLDS = (0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
 MIN_SHOULD_HIT = 0.40
 MAX_TRAPS = 0.01
 SHIPPED_RECALL_THRESHOLD: float = WorkerSettings.model_fields["semantic_recall_threshold"].default
@@ -170,15 +170,17 @@ def print_report(report: Report, pairs: list[Pair]) -> None:
 
 def main(argv: list[str]) -> int:
     parser = command_parser("cache-eval", __doc__)
-    parser.add_argument("--pairs", type=Path, default=PAIRS_PATH, help="pairs file (JSON: paraphrases, near_misses)")
+    parser.add_argument("--pairs", type=Path, nargs="+", default=[PAIRS_PATH],
+                        help="pairs files (JSON: paraphrases, near_misses), measured together")
     parser.add_argument("--holdout", action="store_true", help="only the pairs marked split: holdout")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     args = parser.parse_args(argv)
-    pairs = load_pairs(args.pairs)
+    pairs = [pair for path in args.pairs for pair in load_pairs(path)]
     if args.holdout:
         pairs = [pair for pair in pairs if pair.split == "holdout"]
     if not any(p.should_hit for p in pairs) or all(p.should_hit for p in pairs):
-        print(f"{args.pairs}: needs both should-hit pairs ('paraphrases') and traps ('near_misses')", file=sys.stderr)
+        print(f"{' '.join(map(str, args.pairs))}: needs both should-hit pairs ('paraphrases') and traps "
+              "('near_misses')", file=sys.stderr)
         return Exit.FAILED
     report = measure(pairs)
     if args.json:

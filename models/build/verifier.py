@@ -53,22 +53,27 @@ def graph_scores(onnx_path: Path, tokenizer_file: Path, pairs: Sequence[PairExam
     return np.concatenate(out).astype(np.float32)
 
 
-def heldout_check(scores: npt.NDArray[np.float32], heldout: Sequence[PairExample], max_false_hits: float,
-                  progress: Progress, figures: dict[str, float] | None = None) -> AccuracyCheck:
-    should = np.array([p.should_hit for p in heldout])
-    point = calibrate(scores[~should], scores[should], max_false_hits,
-                      trap_kinds=[p.kind for p in heldout if not p.should_hit])
+def heldout_check(folder: Path, dataset: VerifierDataset, max_false_hits: float, progress: Progress,
+                  figures: dict[str, float] | None = None) -> AccuracyCheck:
+    """Calibrate the graph in `folder` on the held-out pairs and gate it; the probe's rates per kind go
+    in the figures. The rate is pooled over all traps: the written sets name their own trap kinds, a
+    handful of pairs each. It is the verifier's alone: in the worker the recall threshold and the
+    guards refuse more traps before it, so the served rate can only be lower."""
+    scores = graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.heldout)
+    should = np.array([p.should_hit for p in dataset.heldout])
+    point = calibrate(scores[~should], scores[should], max_false_hits)
     progress.step(f"operating point: threshold {point.threshold:.4f}, held-out traps served {point.false_hits:.2%} "
-                  f"(mean over kinds; pooled {point.pooled_false_hits:.2%}) "
                   f"of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
     check = gate(point, max_false_hits)
-    per_kind = _per_kind(scores, heldout, point)
-    return check.model_copy(update={"figures": {**check.figures, **per_kind, **(figures or {})}})
+    probe = graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.probe)
+    return check.model_copy(update={"figures": {**check.figures, **_per_kind(probe, dataset.probe, point),
+                                                **(figures or {})}})
 
 
-def _per_kind(scores: npt.NDArray[np.float32], heldout: Sequence[PairExample], point: OperatingPoint) -> dict[str, float]:
-    kinds = sorted({p.kind for p in heldout})
-    return {f"served_{kind}": float(np.mean([s >= point.threshold for s, p in zip(scores, heldout) if p.kind == kind]))
+def _per_kind(scores: npt.NDArray[np.float32], pairs: Sequence[PairExample], point: OperatingPoint) -> dict[str, float]:
+    kinds = sorted({p.kind for p in pairs})
+    return {f"template_served_{kind}": float(np.mean([s >= point.threshold for s, p in zip(scores, pairs)
+                                                       if p.kind == kind]))
             for kind in kinds}
 
 
@@ -80,7 +85,8 @@ def build_verifier_fp32(registry: ModelRegistry, packaged: PackagedModel, encode
     tokenizer = pair_tokenizer(packaged.tokenizer_file)
     model = verifier_model.load_classifier(packaged.model_dir, hyper.seed)
     progress.step(f"{VERIFIER_MODEL_NAME}: fine-tuning MiniLM as a cross-encoder on {len(dataset.train)} pairs of "
-                  f"{dataset.version} ({hyper.epochs} epochs, frozen word embeddings)")
+                  f"{dataset.version} ({hyper.epochs} epochs{', each pair both ways round' if hyper.both_orders else ''}, "
+                  "frozen word embeddings)")
     loss = verifier_model.train(model, tokenizer, [(p.a, p.b) for p in dataset.train],
                                 [int(p.should_hit) for p in dataset.train], hyper)
     progress.step(f"trained: last epoch's mean loss {loss:.4f}")
@@ -91,8 +97,7 @@ def build_verifier_fp32(registry: ModelRegistry, packaged: PackagedModel, encode
 
     def check(folder: Path) -> AccuracyCheck:
         progress.step(f"scoring {len(dataset.heldout)} held-out pairs with the exported graph")
-        return heldout_check(graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.heldout),
-                             dataset.heldout, max_false_hits, progress, {"train_loss": loss})
+        return heldout_check(folder, dataset, max_false_hits, progress, {"train_loss": loss})
 
     plan = VersionPlan(name=VERIFIER_MODEL_NAME, precision="fp32", parent=encoder.id, source=encoder.source,
                        max_length=MAX_PAIR_TOKENS, recipe=verifier_model.recipe(encoder.id),
@@ -110,8 +115,7 @@ def build_verifier_int8(registry: ModelRegistry, fp32: ModelManifest, dataset: V
 
     def check(folder: Path) -> AccuracyCheck:
         progress.step(f"scoring {len(dataset.heldout)} held-out pairs with the INT8 graph and calibrating again")
-        return heldout_check(graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.heldout),
-                             dataset.heldout, max_false_hits, progress)
+        return heldout_check(folder, dataset, max_false_hits, progress)
 
     plan = VersionPlan(name=VERIFIER_MODEL_NAME, precision="int8", parent=fp32.id, source=fp32.source,
                        max_length=fp32.max_length, recipe={**fp32.recipe, **quantize.recipe()},

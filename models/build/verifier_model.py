@@ -5,9 +5,9 @@ packaged all-MiniLM-L6-v2, mean-pooled, then a linear layer and a softmax over
 ("different", "same"). Reading both texts together lets attention line up "open" with
 "closed" or "Leeds to York" with "York to Leeds", which two separate embeddings blur.
 
-Training is sized for a 2-core CI machine (about a minute): the word embeddings stay frozen
-(their gradient is most of the optimiser's work and the pairs teach them nothing new), one
-pass over the pairs, short sequences. Only this module imports torch.
+Training is sized for a 2-core CI machine (two to four minutes): the word embeddings stay frozen
+(their gradient is most of the optimiser's work and the pairs teach them nothing new), two
+passes over the pairs, short sequences. Only this module imports torch.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ class VerifierHyperparameters:
     weight_decay: float = 0.01
     warmup_share: float = 0.1
     seed: int = 0
+    # Each pair is learnt as (a, b) and (b, a): the worker reads (new, cached), the writers put either
+    # first. On the honest sets it raised the best should-hit at 1% traps from 45% to 55%.
+    both_orders: bool = True
 
     def as_manifest(self) -> dict[str, int | float | str]:
         return {f"verifier_{key}": value for key, value in asdict(self).items()}
@@ -72,6 +75,8 @@ def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str
           hyper: VerifierHyperparameters) -> float:
     """Fine-tune in place; returns the last epoch's mean loss. Batches are made of pairs of
     similar length (less padding, a third less time on short questions)."""
+    if hyper.both_orders:
+        pairs, labels = [*pairs, *((b, a) for a, b in pairs)], [*labels, *labels]
     model.train()
     for parameter in model.encoder.get_input_embeddings().parameters():
         parameter.requires_grad = False
@@ -140,7 +145,8 @@ def recipe(encoder_id: str) -> dict[str, str]:
     return {
         "graph": f"cross-encoder: the packaged all-MiniLM-L6-v2 (as in {encoder_id}) over '[CLS] a [SEP] b [SEP]', "
                  "mean-pooled -> Linear(384, 2) -> Softmax (different, same)",
-        "training": "fine-tuned on generated and project pairs (AdamW, linear warm-up and decay, word embeddings frozen)",
+        "training": "fine-tuned on written and project pairs, each both ways round (AdamW, linear warm-up and decay, "
+                    "word embeddings frozen)",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }

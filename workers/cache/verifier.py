@@ -21,7 +21,7 @@ import numpy.typing as npt
 from models.backends.onnx import open_session
 from models.pair_feeds import encode_pairs, pair_tokenizer
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
-from workers.cache.same_question import same_question
+from models.same_question import same_question
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""The built verifier on pairs people wrote (tests/data/outsider_pairs*.json: other domains,
-templates and words than the generator's; sets 1-4 are trained on, set 5 is kept out of training
-and calibration) through the real encoder, guards and verifier at the shipped operating point, and
-the figures its manifest records."""
+"""The built verifier on pairs people wrote, through the real encoder, guards and verifier at the
+shipped operating point, and the figures its manifest records. The honest sets
+(tests/data/outsider_pairs_{5,6,7}.json) are in no training or calibration, nor is any pair near one
+of their texts (models/build/written_pairs.py); sets 1-4 and 8-27 are (models/build/data/written_pairs)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from tests.built_models import built_registry
 from tests.paths import REPO_ROOT
 from workers.cache.verifier import CacheVerifier
 
-OUTSIDER = REPO_ROOT / "tests" / "data" / "outsider_pairs.json"
+TRAINED = REPO_ROOT / "models" / "build" / "data" / "written_pairs" / "train"
+OUTSIDER = TRAINED / "outsider_pairs.json"
+HONEST = REPO_ROOT / "tests" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +50,7 @@ def test_on_the_outsider_set_the_shipped_operating_point_meets_the_targets(verif
     assert verified.should_hit >= OUTSIDER_MIN_SHOULD_HIT, verified
 
 
-# Issue 26's targets. Measured on cache-verifier INT8 (build of 2026-12-03, trained on sets 1-4 since):
-# 0 of 115 traps, 64.3% of 70 should-hit pairs on set 1 (docs/concepts/semantic-cache.md).
+# Issue 26's targets (docs/concepts/semantic-cache.md has the measured figures).
 OUTSIDER_MAX_TRAPS = 0.01
 OUTSIDER_MIN_SHOULD_HIT = 0.40
 
@@ -75,11 +76,11 @@ def test_scores_are_batched_and_nearly_free_of_batch_mates(verifier: CacheVerifi
     assert together[0] < verifier.threshold <= together[1]
 
 
-def _shipped_point(verifier: CacheVerifier, pairs_file: str) -> tuple[int, int, int, int]:
+def _shipped_point(verifier: CacheVerifier, pairs_file: Path) -> tuple[int, int, int, int]:
     """(should-hit served, should-hit pairs, traps served, traps) of one set at the shipped point."""
     from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, embed_all, load_pairs, served
 
-    pairs = load_pairs(REPO_ROOT / "tests" / "data" / pairs_file)
+    pairs = load_pairs(pairs_file)
     _, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
     verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores
     hits = served(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, verifier.threshold)
@@ -90,19 +91,20 @@ def _shipped_point(verifier: CacheVerifier, pairs_file: str) -> tuple[int, int, 
 @pytest.mark.models
 def test_on_the_written_sets_no_trap_is_served_and_the_pooled_should_hit_meets_the_target(
         verifier: CacheVerifier) -> None:
-    """Sets 1-4 were written by people and are trained on (for wording no template has); sets 2 and 3
-    served fridge -> freezer and a Chrome/Firefox role swap until the related-entities guard."""
-    figures = [_shipped_point(verifier, name) for name in
+    """Sets 1-3 are trained on (wording no template has); sets 2 and 3 served fridge -> freezer and a
+    Chrome/Firefox role swap until the related-entities guard."""
+    figures = [_shipped_point(verifier, TRAINED / name) for name in
                ("outsider_pairs.json", "outsider_pairs_2.json", "outsider_pairs_3.json")]
     assert [traps for _, _, traps, _ in figures] == [0, 0, 0]
     assert sum(hits for hits, *_ in figures) / sum(pairs for _, pairs, _, _ in figures) >= OUTSIDER_MIN_SHOULD_HIT
 
 
 @pytest.mark.models
-def test_on_the_set_kept_out_of_training_at_most_one_trap_is_served(verifier: CacheVerifier) -> None:
-    """Set 5 (61 should-hit, 108 traps) was written by someone who read neither the code nor the other
-    sets and is in no training or calibration: measured 1 trap served (a change of task on one topic),
-    34.4% of should-hit pairs (under the 40% target: free rewordings are the verifier's weak spot)."""
-    hits, should_hit, traps, trap_pairs = _shipped_point(verifier, "outsider_pairs_5.json")
-    assert trap_pairs >= 100 and traps <= 1
-    assert hits / should_hit >= 0.30
+def test_on_the_sets_kept_out_of_training_and_calibration_the_targets_are_met(verifier: CacheVerifier) -> None:
+    """Sets 5-7 (271 should-hit pairs, 228 traps; set 7 in customers' own words) were written by people
+    who read neither the code nor the other sets, and nothing was trained or calibrated on them."""
+    figures = [_shipped_point(verifier, HONEST / f"outsider_pairs_{n}.json") for n in (5, 6, 7)]
+    hits, should_hit, traps, trap_pairs = (sum(column) for column in zip(*figures))
+    assert (should_hit, trap_pairs) == (271, 228)
+    assert traps / trap_pairs <= OUTSIDER_MAX_TRAPS, figures
+    assert hits / should_hit >= OUTSIDER_MIN_SHOULD_HIT, figures

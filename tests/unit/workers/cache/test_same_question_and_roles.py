@@ -5,7 +5,7 @@ import pytest
 
 from workers.cache.guards import meaning_conflict
 from workers.cache.role_swap import swapped_roles
-from workers.cache.same_question import same_question
+from models.same_question import same_question
 
 
 @pytest.mark.parametrize(("a", "b"), [

@@ -4,8 +4,10 @@ apostrophes and a few filler words are set aside.
 The verifier was trained on clean, punctuated pairs, and it scores "how do i cancel my
 internet subscription" against "How do I cancel my internet subscription?" at 0.60, under its
 threshold: a near repeat, the easiest hit a cache has, was refused. Such a pair needs no model.
-It reaches this check only after the guards, which already compared its numbers (so "1.5" and
-"15" never get here), negations and entities.
+In the worker (workers/cache/verifier.py) it reaches this check only after the guards, which
+already compared its numbers (so "1.5" and "15" never get here), negations and entities. The
+build uses the same normal form to keep written pairs apart: a held-out pair is not trained on,
+and no text of the honest sets is in either (models/build/written_pairs.py).
 """
 
 from __future__ import annotations
