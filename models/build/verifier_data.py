@@ -1,6 +1,7 @@
 """The verifier's training and held-out pairs, and the data version a manifest records.
 
-Training: the project's own dev pairs (workers/cache/data/semantic_pairs.json) and the written
+Training: the project's own dev pairs (workers/cache/data/semantic_pairs.json), the faq-intent
+data's training questions paired by intent (models/build/verifier_faq_pairs.py) and the written
 training sets (models/build/written_pairs.py). Held out: the project's holdout pairs and the
 written calibration sets, which come from another brief than the training sets. The generator's
 template pairs are not trained on: with them, the honest sets' best should-hit at 1% traps fell
@@ -17,7 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.build import verifier_lexicon, verifier_pairs, verifier_templates, written_pairs
+from models.build import verifier_faq_pairs, verifier_lexicon, verifier_pairs, verifier_templates, written_pairs
+from models.build.faq_data import FAQ_DATA_FILE
+from models.build.verifier_faq_pairs import faq_pairs
 from models.build.verifier_pairs import PairExample, generate_pairs
 from models.same_question import normal_form
 
@@ -52,16 +55,17 @@ def project_pairs(path: Path, split: str, *, as_split: str | None = None) -> lis
 
 def load_verifier_dataset(pairs_file: Path = PROJECT_PAIRS) -> VerifierDataset:
     digest = hashlib.sha256()
-    for module in (verifier_pairs, verifier_templates, verifier_lexicon, written_pairs, sys.modules[__name__]):
+    for module in (verifier_pairs, verifier_templates, verifier_lexicon, verifier_faq_pairs, written_pairs,
+                   sys.modules[__name__]):
         digest.update(Path(str(module.__file__)).read_bytes())
-    for path in (pairs_file, *written_pairs.written_sets("train"), *written_pairs.written_sets("calibration")):
+    for path in (pairs_file, FAQ_DATA_FILE, *written_pairs.written_sets("train"), *written_pairs.written_sets("calibration")):
         digest.update(path.read_bytes())
     heldout = project_pairs(pairs_file, "holdout") + [
         pair for path in written_pairs.written_sets("calibration")
         for pair in project_pairs(path, "dev", as_split="calibration")]
     # Writers converge on common questions: a pair also held out (either way round) is not trained on.
     held = {key for pair in heldout for key in _keys(pair)}
-    train = [pair for pair in project_pairs(pairs_file, "dev") + [
+    train = [pair for pair in project_pairs(pairs_file, "dev") + faq_pairs("train") + [
         pair for path in written_pairs.written_sets("train") for pair in project_pairs(path, "dev", as_split="train")]
         if not held.intersection(_keys(pair))]
     return VerifierDataset(f"{DATA_NAME} sha256:{digest.hexdigest()[:12]}", tuple(train), tuple(heldout),

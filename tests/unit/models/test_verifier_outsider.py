@@ -108,3 +108,13 @@ def test_on_the_sets_kept_out_of_training_and_calibration_the_targets_are_met(ve
     assert (should_hit, trap_pairs) == (271, 228)
     assert traps / trap_pairs <= OUTSIDER_MAX_TRAPS, figures
     assert hits / should_hit >= OUTSIDER_MIN_SHOULD_HIT, figures
+
+
+@pytest.mark.models
+def test_neighbouring_faq_intents_worded_apart_are_not_served(verifier: CacheVerifier) -> None:
+    """The faq-intent test split's questions against their nearest questions (tests/data/faq_test_neighbours.json):
+    another intent worded apart ("turn on login verification codes" / "I want to stop getting verification
+    codes when I log in") was served 3 times in 34 before the faq-intent pairs joined the training."""
+    hits, should_hit, traps, trap_pairs = _shipped_point(verifier, HONEST / "faq_test_neighbours.json")
+    assert trap_pairs >= 30 and traps == 0
+    assert hits / should_hit >= 0.25

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from fleet.commands.cache_eval import evaluate, load_pairs
+from tests.built_models import built_registry, resolve_or_skip
 
 DIM = 8
 
@@ -55,3 +57,18 @@ def test_the_verifier_refuses_what_the_threshold_passes(tmp_path: Path) -> None:
     assert row.verifier and row.should_hit == 1.0 and row.traps == 0.0
     below = evaluate(pairs, vectors, 0.98, False, verdicts, verifier_threshold=0.5)  # cosine 0.97 < 0.98
     assert below.should_hit == 0.0 and below.traps == 0.0
+
+
+@pytest.mark.models
+def test_several_pairs_files_are_measured_as_one_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleet.commands.cache_eval import main
+
+    resolve_or_skip(built_registry(), "int8")
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps({"paraphrases": [{"a": "Where is my parcel?", "b": "Where's my parcel?"}],
+                                  "near_misses": [{"a": "Is the gym open?", "b": "Is the gym closed?",
+                                                   "kind": "opposite words"}]}), encoding="utf-8")
+    main(["--pairs", str(write_pairs(tmp_path)), str(second), "--json"])
+    shipped = json.loads(capsys.readouterr().out)["shipped"]
+    assert set(shipped["by_kind"]) == {"paraphrase", "swapped_roles", "my own kind", "opposite words"}
+    assert shipped["should_hit"] in (0.0, 0.5, 1.0) and shipped["traps"] in (0.0, 1 / 3, 2 / 3, 1.0)
