@@ -49,6 +49,19 @@ def test_a_dear_model_keeps_looking_up_while_its_cache_warms() -> None:
     assert not cost.paying
 
 
+def test_probes_that_find_many_hits_switch_lookups_on_before_the_warm_up_ends() -> None:
+    # The bench's dear model: off while cold (40% x 1 ms < 0.3 ms of encoder + 0.25 ms of verifier)
+    # until its probes find 80% hits. The cold rate is a floor, never a cap on what was measured.
+    cost = LookupCost(probe_every=10, alpha=0.5, warmup_rows=2000)
+    cost.record_model(rows=32, inference_ms=32 * 1.0)
+    cost.record_lookup(rows=32, hits=0, encoder_ms=32 * 0.3, candidates=8, verifier_ms=8 * 1.0)
+    assert not cost.paying and cost.hit_rate.value == 0.4
+    for _ in range(4):
+        cost.record_lookup(rows=32, hits=28, encoder_ms=32 * 0.3, candidates=32, verifier_ms=32 * 0.2)
+    assert cost.hit_rate.rows_seen < 2000 and cost.hit_rate.value > 0.8
+    assert cost.paying
+
+
 def test_a_warm_cache_with_enough_hits_keeps_paying() -> None:
     cost = LookupCost(warmup_rows=64)
     cost.record_model(rows=32, inference_ms=32 * 5.0)
