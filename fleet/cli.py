@@ -31,6 +31,8 @@ from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requ
 DELEGATES = {
     "stack": ("fleet.stack.cli", "start, stop or inspect the local Kafka and Redis"),
     "build-models": ("models.build.__main__", "build and register model versions"),
+    "written-pairs": ("models.build.written_pairs", "add written question-pair sets to the cache verifier's "
+                      "training or calibration data, without the pairs near a text of the honest test sets"),
     "demo": ("fleet.commands.demo", "run the fleet end to end and print a table"),
     "bench": ("fleet.bench.batching", "batching benchmark: fleet vs raw model throughput and latency per batch config"),
     "lag": ("fleet.commands.lag", "consumer-group lag per partition and the estimated time to drain it"),

@@ -11,7 +11,7 @@ threshold is calibrated on, and the rule that keeps the honest test sets out of 
 - `tests/data/outsider_pairs_{5,6,7}.json`, the honest sets, are in neither. LLM writers given
   similar domains converge on the same common questions ("How do I cancel a vet appointment?"),
   so a pair with a text within cosine `NEAR_COSINE` of an honest set's text was removed from the
-  other two (`python -m models.build.written_pairs FILE... --into train|calibration`). Before
+  other two (`fleet written-pairs FILE... --into train|calibration`). Before
   that rule, the honest sets' should-hit rate read 10 points too high.
 """
 
@@ -92,7 +92,7 @@ def registry_encoder() -> Embed:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.build.written_pairs",
+    parser = argparse.ArgumentParser(prog="fleet written-pairs",
                                      description="Add written pair sets to the verifier's data, without the pairs "
                                                  "near a text of the honest sets.")
     parser.add_argument("files", nargs="+", type=Path)
