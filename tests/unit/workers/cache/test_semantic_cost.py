@@ -118,3 +118,23 @@ def test_a_slow_small_first_run_does_not_make_rows_free() -> None:
     assert cost.model_ms_per_row.value == 70.0 / 33
     cost.record_lookup(rows=32, hits=16, encoder_ms=32 * 0.5)
     assert cost.paying  # 50% x 2.1 ms > 0.5 ms
+
+
+def test_until_the_first_verdict_only_the_first_batch_is_looked_up() -> None:
+    # A worker prepares several batches before its first model run is timed; looking all of them
+    # up cost faq-intent 9% of its throughput in the bench, where lookups never pay.
+    cost = LookupCost(probe_every=50)
+    assert cost.paying is None
+    assert [cost.should_look_up() for _ in range(6)] == [True, False, False, False, False, False]
+    cost.record_lookup(rows=32, hits=0, encoder_ms=32 * 0.7, candidates=8, verifier_ms=8 * 1.6)
+    assert cost.paying is None  # no model run timed yet: nothing to weigh the lookup against
+    cost.record_model(rows=32, inference_ms=32 * 1.2)
+    assert cost.paying is False  # the model run settles it: 40% x 1.2 ms < 0.7 ms + 0.4 ms
+
+
+def test_a_dear_model_gets_its_verdict_from_its_first_model_run() -> None:
+    cost = LookupCost(probe_every=50)
+    assert cost.should_look_up()
+    cost.record_lookup(rows=32, hits=0, encoder_ms=32 * 0.7)
+    cost.record_model(rows=32, inference_ms=32 * 17.0)
+    assert cost.paying is True and all(cost.should_look_up() for _ in range(10))
