@@ -100,11 +100,12 @@ def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool
 
 
 def embed_all(texts: list[str]) -> tuple[str, Vectors]:
+    from models.backends.base import infer_in_chunks
     from models.loading import ModelLoader
 
     backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False).runtime()).load()
     unique = list(dict.fromkeys(texts))
-    rows = np.concatenate([backend.infer(unique[i:i + 64]) for i in range(0, len(unique), 64)])
+    rows = infer_in_chunks(backend, unique)
     return backend.manifest.id, dict(zip(unique, rows))
 
 

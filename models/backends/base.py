@@ -116,3 +116,10 @@ def check_rows(result: npt.NDArray[np.float32], expected_rows: int, what: str) -
     if result.ndim != 2 or result.shape[0] != expected_rows:
         raise ValueError(f"{what} returned shape {result.shape} for {expected_rows} inputs")
     return result
+
+
+def infer_in_chunks(backend: Backend, texts: Sequence[str], chunk: int = 64) -> npt.NDArray[np.float32]:
+    """`backend.infer` over any number of texts, `chunk` at a time, so no run is unbounded."""
+    if not texts:
+        raise ValueError("no texts to infer")
+    return np.concatenate([backend.infer(texts[start:start + chunk]) for start in range(0, len(texts), chunk)])

@@ -44,13 +44,20 @@ def registered_verifier(registry: ModelRegistry, precision: str, *, parent: str 
     return matches[-1] if matches else None
 
 
-def graph_scores(onnx_path: Path, tokenizer_file: Path, pairs: Sequence[PairExample]) -> npt.NDArray[np.float32]:
-    """P(same) per pair, from a graph run on CPU the way the worker runs it."""
+def graph_scores(onnx_path: Path, tokenizer_file: Path,
+                 *pair_lists: Sequence[PairExample]) -> list[npt.NDArray[np.float32]]:
+    """P(same) per pair of each list, from a graph run on CPU the way the worker runs it. Each list
+    is batched on its own: an INT8 score moves by up to 0.01 with its batch-mates, so mixing lists
+    would move the calibrated threshold."""
     session = open_session(onnx_path, device="cpu", intra_op_threads=0)
     tokenizer = pair_tokenizer(tokenizer_file)
-    out = [np.asarray(session.run(None, encode_pairs(tokenizer, [(p.a, p.b) for p in pairs[i:i + _BATCH]]))[0])[:, 1]
-           for i in range(0, len(pairs), _BATCH)]
-    return np.concatenate(out).astype(np.float32)
+
+    def scores(pairs: Sequence[PairExample]) -> npt.NDArray[np.float32]:
+        out = [np.asarray(session.run(None, encode_pairs(tokenizer, [(p.a, p.b) for p in pairs[i:i + _BATCH]]))[0])[:, 1]
+               for i in range(0, len(pairs), _BATCH)]
+        return np.concatenate(out).astype(np.float32)
+
+    return [scores(pairs) for pairs in pair_lists]
 
 
 def heldout_check(folder: Path, dataset: VerifierDataset, max_false_hits: float, progress: Progress,
@@ -59,13 +66,12 @@ def heldout_check(folder: Path, dataset: VerifierDataset, max_false_hits: float,
     in the figures. The rate is pooled over all traps: the written sets name their own trap kinds, a
     handful of pairs each. It is the verifier's alone: in the worker the recall threshold and the
     guards refuse more traps before it, so the served rate can only be lower."""
-    scores = graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.heldout)
+    scores, probe = graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.heldout, dataset.probe)
     should = np.array([p.should_hit for p in dataset.heldout])
     point = calibrate(scores[~should], scores[should], max_false_hits)
     progress.step(f"operating point: threshold {point.threshold:.4f}, held-out traps served {point.false_hits:.2%} "
                   f"of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
     check = gate(point, max_false_hits)
-    probe = graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, dataset.probe)
     return check.model_copy(update={"figures": {**check.figures, **_per_kind(probe, dataset.probe, point),
                                                 **(figures or {})}})
 

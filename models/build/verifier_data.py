@@ -58,15 +58,16 @@ def load_verifier_dataset(pairs_file: Path = PROJECT_PAIRS) -> VerifierDataset:
     for module in (verifier_pairs, verifier_templates, verifier_lexicon, verifier_faq_pairs, written_pairs,
                    sys.modules[__name__]):
         digest.update(Path(str(module.__file__)).read_bytes())
-    for path in (pairs_file, FAQ_DATA_FILE, *written_pairs.written_sets("train"), *written_pairs.written_sets("calibration")):
+    train_sets, calibration_sets = written_pairs.written_sets("train"), written_pairs.written_sets("calibration")
+    for path in (pairs_file, FAQ_DATA_FILE, *train_sets, *calibration_sets):
         digest.update(path.read_bytes())
     heldout = project_pairs(pairs_file, "holdout") + [
-        pair for path in written_pairs.written_sets("calibration")
+        pair for path in calibration_sets
         for pair in project_pairs(path, "dev", as_split="calibration")]
     # Writers converge on common questions: a pair also held out (either way round) is not trained on.
     held = {key for pair in heldout for key in _keys(pair)}
     train = [pair for pair in project_pairs(pairs_file, "dev") + faq_pairs("train") + [
-        pair for path in written_pairs.written_sets("train") for pair in project_pairs(path, "dev", as_split="train")]
+        pair for path in train_sets for pair in project_pairs(path, "dev", as_split="train")]
         if not held.intersection(_keys(pair))]
     return VerifierDataset(f"{DATA_NAME} sha256:{digest.hexdigest()[:12]}", tuple(train), tuple(heldout),
                            tuple(generate_pairs("calibration")))

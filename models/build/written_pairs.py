@@ -85,10 +85,11 @@ def _unit(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 def registry_encoder() -> Embed:
     """The registered INT8 MiniLM encoder, the semantic cache's own."""
     from common.settings import FleetSettings
+    from models.backends.base import infer_in_chunks
     from models.loading import ModelLoader, RuntimeSpec
 
     backend = ModelLoader(RuntimeSpec(FleetSettings().registry_dir, "minilm-embed", precision="int8")).load()
-    return lambda texts: np.concatenate([backend.infer(texts[i:i + 64]) for i in range(0, len(texts), 64)])
+    return lambda texts: infer_in_chunks(backend, texts)
 
 
 def main(argv: Sequence[str]) -> int:
