@@ -36,6 +36,33 @@ from tests.paths import REPO_ROOT as ROOT
 MODEL = "minilm-embed"
 
 
+def print_tasks(why: str) -> None:
+    """Every asyncio task's stack, to stderr (pytest shows it with the failure)."""
+    print(f"=== asyncio tasks: {why} ===", file=sys.stderr)
+    for task in asyncio.all_tasks():
+        print(task, file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
+@asynccontextmanager
+async def tasks_shown_if_hung(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """pytest-timeout prints the threads of a hung test; for an async test that is the event loop
+    idling in select(), which says nothing. Shortly before the timeout fires, print the asyncio
+    tasks instead: their stacks name what the test is waiting on."""
+    marker = request.node.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker and marker.args else float(request.config.getini("timeout") or 0)
+    if limit <= 0:
+        yield
+        return
+    handle = asyncio.get_running_loop().call_later(max(limit - 15, limit * 0.8), print_tasks,
+                                                   f"{request.node.nodeid} is about to time out")
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
 @pytest.fixture(scope="session")
 async def stack() -> FleetSettings:
     settings = FleetSettings()

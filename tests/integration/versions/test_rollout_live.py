@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from gateway.client import FleetClient
 from schemas.names import shadow_stats_key, version_stats_key, versions_key
 from schemas.wire import ReplyTo
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import MODEL, tasks_shown_if_hung
 from tests.integration.versions.test_versions import send_in_order
 from models.backends.base import Backend
 from workers.worker import Worker
@@ -37,6 +37,13 @@ def settled_heap() -> Iterator[None]:
     gc.freeze()
     yield
     gc.unfreeze()
+
+
+@pytest.fixture(autouse=True)
+async def hung_tasks_shown(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    # CI once timed this module out at 300 s with the loop idle and nothing else to go on.
+    async with tasks_shown_if_hung(request):
+        yield
 
 
 @pytest.fixture
@@ -72,10 +79,11 @@ async def roll_out(client: FleetClient, redis: Redis, settings: WorkerSettings, 
             await controller.start(candidate, "test@ci")
             outcome = await asyncio.wait_for(controller.run(poll_s=0.1), 90)
         finally:
+            # Each step bounded, so a stuck one fails here by name rather than at the suite's timeout.
             stop.set()
-            await traffic
+            await asyncio.wait_for(traffic, 30)
             worker.request_stop()
-            await serving
+            await asyncio.wait_for(serving, 60)
     state = await controller.pointers.get()
     return outcome.result, outcome.reason, state.stable
 
