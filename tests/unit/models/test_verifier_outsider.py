@@ -118,3 +118,15 @@ def test_neighbouring_faq_intents_worded_apart_are_not_served(verifier: CacheVer
     hits, should_hit, traps, trap_pairs = _shipped_point(verifier, HONEST / "faq_test_neighbours.json")
     assert trap_pairs >= 30 and traps == 0
     assert hits / should_hit >= 0.25
+
+
+@pytest.mark.models
+def test_same_object_other_task_traps_are_the_known_gap_and_must_not_widen(verifier: CacheVerifier) -> None:
+    """Sets 32-33 (tests/data/outsider_pairs_{32,33}.json): another task or fact about the same object
+    ("how long does it take to pay out a claim" / "how much of the claim will actually be paid out"), or
+    who does what to whom reversed. The shipped point serves 18 of their 260 traps (6.9%): a known gap,
+    not a target (docs/concepts/semantic-cache.md). This bound keeps a change from widening it unseen."""
+    figures = [_shipped_point(verifier, HONEST / f"outsider_pairs_{n}.json") for n in (32, 33)]
+    hits, should_hit, traps, trap_pairs = (sum(column) for column in zip(*figures))
+    assert (should_hit, trap_pairs) == (180, 260)
+    assert traps / trap_pairs <= 0.10, figures
