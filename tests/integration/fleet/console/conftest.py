@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from common.auth_keys import IssuedKey, create_key
@@ -142,18 +141,50 @@ def screenshot(driver: WebDriver, name: str) -> Path:
     return path
 
 
+# Chromedriver sometimes answers a read of a node from a page it has just replaced with one of these "unknown
+# error"s instead of "stale element reference" (SeleniumHQ/selenium#15401); both mean the node's page is gone.
+_NODE_LEFT_ITS_DOCUMENT = ("Node with given id does not belong to the document", "No node with given id found")
+
+
+def is_stale(error: WebDriverException) -> bool:
+    return isinstance(error, StaleElementReferenceException) or any(
+        message in (error.msg or "") for message in _NODE_LEFT_ITS_DOCUMENT)
+
+
 def wait_for(driver: WebDriver, condition, what: str, timeout_s: float = WAIT_S):  # type: ignore[no-untyped-def]
     # The overview's live part is swapped every 2 s: an element read during a swap is stale, and read again.
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
-                         ).until(condition, message=f"waited for {what}")
+    def stale_means_not_yet(d: WebDriver):  # type: ignore[no-untyped-def]
+        try:
+            return condition(d)
+        except WebDriverException as error:
+            if is_stale(error):
+                return False
+            raise
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(stale_means_not_yet, message=f"waited for {what}")
 
 
+def page_replaced(old_page: WebElement) -> Callable[[WebDriver], bool]:
+    """Selenium's `staleness_of`, but also true when chromedriver says the node left its document."""
+    def replaced(_: WebDriver) -> bool:
+        try:
+            old_page.is_enabled()
+        except WebDriverException as error:
+            if is_stale(error):
+                return True
+            raise
+        return False
+    return replaced
+
+
+def navigate(driver: WebDriver, action: Callable[[], object], what: str) -> None:
+    """Runs `action` (a click that loads a new page) and waits until the old page is gone."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    action()
+    wait_for(driver, page_replaced(page), what)
 
 
 def submit(driver: WebDriver, button: WebElement) -> str:
     """Clicks a form's button and returns the note the next page says what happened in."""
-    page = driver.find_element(By.TAG_NAME, "html")
-    button.click()
-    wait_for(driver, staleness_of(page), "the form's answer")
+    navigate(driver, button.click, "the form's answer")
     text: str = wait_for(driver, lambda d: d.find_element(By.ID, "note").text, "the note saying what happened")
     return text

@@ -11,7 +11,6 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
 
 from common.settings import FleetSettings
 from common.topics import ensure_topics
@@ -19,7 +18,7 @@ from schemas.names import DLQ_TOPIC, comparisons_topic, requests_topic, versions
 from schemas.shadow import Comparison, ComparisonKind, LiveSource
 from schemas.wire import DeadLetter, now_ms
 from tests.integration.conftest import MODEL
-from tests.integration.fleet.console.conftest import ConsoleSite, screenshot, sign_in, wait_for
+from tests.integration.fleet.console.conftest import ConsoleSite, navigate, screenshot, sign_in, wait_for
 from workers.delivery.dead_letters import DeadLetterPolicy
 
 SECRET_INPUT = "mail dave.private@example.com the invoice"
@@ -74,9 +73,7 @@ async def test_dead_letters_are_filtered_by_time(console: ConsoleSite, browser: 
     browser.get(f"{console.url}/dlq?code={code}")
     assert sorted(reasons()) == ["fresh", "two hours old"]
     browser.find_element(By.ID, "since").send_keys("1h")
-    page = browser.find_element(By.TAG_NAME, "html")
-    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
-    wait_for(browser, staleness_of(page), "the filtered page")
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button").click, "the filtered page")
     assert "since=1h" in browser.current_url and reasons() == ["fresh"]
     browser.get(f"{console.url}/dlq?code={code}&until=1h")
     assert reasons() == ["two hours old"]
