@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
+from redis import exceptions as redis_exceptions
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
@@ -38,19 +39,25 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, SlotNotCover
 
 K = TypeVar("K", str, bytes)
 
+# What redis-py raises when no node answers: a bare RedisClusterException, or in redis-py 8.2 its
+# subclass RedisClusterUnreachableError (still no RedisError).
+_NO_NODE_ANSWERED: tuple[type[RedisClusterException], ...] = (RedisClusterException, getattr(
+    redis_exceptions, "RedisClusterUnreachableError", RedisClusterException))
+
 
 class FleetRedisCluster(RedisCluster):
     """RedisCluster whose connection failures read as a plain client's do.
 
-    When no node answers, redis-py's cluster client raises a bare RedisClusterException (no
-    RedisError) that wraps the real cause, so the fleet's `except RedisError` handlers (delivery
-    waiting out an outage, "cannot reach Redis" from the CLI, a refused password at start) would
-    miss it. Here the cause comes out instead: the ConnectionError, TimeoutError or
-    AuthenticationError itself; a cluster without full slot coverage is a ConnectionError. A node
-    that is no cluster node (FLEET_REDIS_CLUSTER=true against a plain Redis) still raises as is.
+    When no node answers, redis-py's cluster client raises a bare RedisClusterException (in 8.2
+    its subclass RedisClusterUnreachableError; no RedisError) that wraps the real cause, so the
+    fleet's `except RedisError` handlers (delivery waiting out an outage, "cannot reach Redis"
+    from the CLI, a refused password at start) would miss it. Here the cause comes out instead:
+    the ConnectionError, TimeoutError or AuthenticationError itself; a cluster without full slot
+    coverage is a ConnectionError. A node that is no cluster node (FLEET_REDIS_CLUSTER=true
+    against a plain Redis) still raises as is.
 
-    And while a node fails, redis-py 8 can close a connection that another task is sending on;
-    that task dies of `'NoneType' object has no attribute 'writelines'` inside
+    And while a node fails, redis-py 8 (before 8.2) can close a connection that another task is
+    sending on; that task dies of `'NoneType' object has no attribute 'writelines'` inside
     redis/asyncio/connection.py (seen here under a master SIGKILL, in commands and pipelines).
     That is a lost connection, so it is raised as a ConnectionError, which delivery waits out and
     callers already handle; an AttributeError raised anywhere else is a bug and stays one.
@@ -73,7 +80,7 @@ class FleetRedisCluster(RedisCluster):
         try:
             return await super().initialize(*args, **kwargs)
         except RedisClusterException as exc:
-            if type(exc) is not RedisClusterException or "Cluster mode is not enabled" in str(exc):
+            if type(exc) not in _NO_NODE_ANSWERED or "Cluster mode is not enabled" in str(exc):
                 raise
             if isinstance(exc.__cause__, (RedisError, OSError)):
                 raise exc.__cause__ from None
