@@ -1,5 +1,6 @@
 # Sourced by every script in scripts/: finds the repo, makes sure the virtual environment
-# exists with the project installed (re-installs only when pyproject.toml changes).
+# exists with the project installed at the versions in constraints.txt (re-installs only when
+# pyproject.toml or constraints.txt changes).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${FLEET_VENV:-$ROOT/.venv}
@@ -14,11 +15,11 @@ ensure_python() {
         python3 -m venv "$VENV"
     fi
     local stamp
-    stamp="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+    stamp="$VENV/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -c1-16)"
     if [ ! -f "$stamp" ]; then
         log "installing the project and its dependencies (first run downloads torch: a few minutes)"
         "$PY" -m pip install -q --upgrade pip
-        "$PY" -m pip install -q --progress-bar off -e "$ROOT[dev]"
+        "$PY" -m pip install -q --progress-bar off -c "$ROOT/constraints.txt" -e "$ROOT[dev]"
         rm -f "$VENV"/.installed-*
         touch "$stamp"
     fi
