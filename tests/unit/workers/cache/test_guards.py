@@ -55,6 +55,31 @@ def test_opposites_conflict(a: str, b: str) -> None:
 
 
 @pytest.mark.parametrize(("a", "b"), [
+    # The yes/no answer flips with no negation word. The verifier built with constraints.txt's libraries
+    # serves the first three and the last two (P(same) above its threshold) one way round or the other.
+    ("Should I avoid leaving the heater on overnight?", "Is it safe to leave the heater on overnight?"),
+    ("Should I avoid eating raw eggs while pregnant?", "Is it safe to eat raw eggs while pregnant?"),
+    ("Do I need to avoid running after a flu shot?", "Is running after a flu shot allowed?"),
+    ("Is it forbidden to bring liquids through security?", "Am I allowed to bring liquids through security?"),
+    ("Is it dangerous to charge my phone overnight?", "Is it fine to charge my phone overnight?"),
+    ("Is it risky to leave my laptop plugged in all the time?", "Is it okay to leave my laptop plugged in?"),
+    ("Should I stop leaving the heater on overnight?", "Is it safe to leave the heater on overnight?"),
+    ("Is leaving the heater on overnight a fire hazard?", "Is it safe to leave the heater on overnight?"),
+])
+def test_polarity_of_a_yes_no_question_conflicts(a: str, b: str) -> None:
+    for first, second in ((a, b), (b, a)):
+        found = meaning_conflict(first, second)
+        assert found is not None and found.startswith("opposites"), (first, second)
+
+
+def test_the_same_polarity_worded_apart_passes() -> None:
+    assert meaning_conflict("Is it safe to leave the heater on overnight?",
+                            "Can I safely leave the heater on overnight?") is None
+    assert meaning_conflict("Should I avoid raw eggs while pregnant?",
+                            "Do pregnant women need to avoid raw eggs?") is None
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("Do you ship to Canada?", "Do you ship to Mexico?"),
     ("Can I pay with PayPal?", "Can I pay with Venmo?"),
     ("The app crashes on my iPhone", "The app crashes on my Android phone"),
