@@ -150,10 +150,10 @@ async def test_verified_false_hits_raise_the_threshold(client: FleetClient, redi
     assert worker.metrics.cache.semantic_threshold.labels(model=FAQ, version=version)._value.get() == cache.threshold
 
 
-NEGATION_SEED = "Is it safe to leave the heater on overnight?"
-# No "not", no negating prefix, no listed opposite: the guards pass it (cosine 0.94), the verifier reads it.
-NEGATION_TRAP = "Should I avoid leaving the heater on overnight?"
-VERIFIED_PARAPHRASE = "Can I leave the heater on overnight safely?"
+NEGATION_SEED = "Is the clinic open on Sundays?"
+# No "not", no negating prefix, no listed opposite ("shut" is not one): the guards pass it (cosine 0.90),
+# the verifier reads it (P(same) 0.003).
+NEGATION_TRAP = "Does the clinic shut on Sundays?"
 
 
 async def test_the_verifier_refuses_a_negation_trap_the_guards_pass(client: FleetClient, cleared: None) -> None:
