@@ -113,6 +113,18 @@ def test_on_the_sets_kept_out_of_training_and_calibration_the_targets_are_met(ve
 
 
 @pytest.mark.models
+def test_a_set_written_blind_after_the_build_meets_the_targets(verifier: CacheVerifier) -> None:
+    """Set 40 (120 should-hit pairs, 180 traps: 30 each of negation, antonym, entity, number, date and
+    scope, 18 of the negations without a negation word) was written after this build by a writer who read
+    no code and no other set. Measured once: 68.3% / 0.0%. 70 of its 300 pairs have a text within cosine
+    0.90 of a written training or calibration text: it was not decontaminated against, unlike sets 5-7."""
+    hits, should_hit, traps, trap_pairs = _shipped_point(verifier, HONEST / "outsider_pairs_40.json")
+    assert (should_hit, trap_pairs) == (120, 180)
+    assert traps / trap_pairs <= OUTSIDER_MAX_TRAPS
+    assert hits / should_hit >= OUTSIDER_MIN_SHOULD_HIT
+
+
+@pytest.mark.models
 def test_neighbouring_faq_intents_worded_apart_are_not_served(verifier: CacheVerifier) -> None:
     """The faq-intent test split's questions against their nearest questions (tests/data/faq_test_neighbours.json):
     another intent worded apart ("turn on login verification codes" / "I want to stop getting verification
