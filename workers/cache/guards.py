@@ -15,8 +15,8 @@ them apart without also refusing most real paraphrases, so a semantic hit must a
   and none in the other, or a word negated by its prefix ("authorized" vs "unauthorized",
   "eligible" vs "ineligible");
 - opposites: one text uses one side of an opposite pair (enable/disable, add/remove,
-  cancel/renew, in/out, before/after, safe/avoid, ...) that the other lacks while the other uses the
-  other side ("turn on"/"turn off", "log in"/"log out" are folded into these first);
+  cancel/renew, in/out, before/after, safe/avoid, ...) that the other lacks while the other
+  uses the other side ("turn on"/"turn off", "log in"/"log out" are folded into these first);
 - proper nouns: a capitalised word that is not at the start of a sentence, or a word with
   inner capitals or an acronym (PayPal, iPhone, UK), whose lower-case form the other text
   does not contain at all;
@@ -108,7 +108,8 @@ OPPOSITES: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
     (frozenset({"before", "prior", "earlier", "early"}), frozenset({"after", "later", "late"})),
     (_forms("subscribe", "join", "signup", "register"), _forms("unsubscribe", "leave", "quit")),
     (_forms("link", "connect", "pair"), _forms("unlink", "disconnect", "unpair")),
-    (_forms("accept", "approve", "allow", "permit"), _forms("reject", "decline", "deny", "refuse", "forbid") | {"forbidden"}),
+    (_forms("accept", "approve", "allow", "permit"),
+     _forms("reject", "decline", "deny", "refuse", "forbid") | {"forbidden"}),
     # Polarity of a yes/no question: "Is it safe to leave the heater on?" is answered "yes" where
     # "Should I avoid leaving the heater on?" is answered "no".
     (frozenset({"safe", "safely", "okay", "ok", "fine", "alright", "allowed", "permitted"}),
