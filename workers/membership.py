@@ -48,11 +48,26 @@ async def started_consumer(settings: FleetSettings, what: str, make: Callable[[]
         try:
             await consumer.start()
         except BaseException:
-            await consumer.stop()
+            # A start cut off at the window's end was waiting for a group that does not settle: its
+            # stop would wait for that group too, past the window the process promised to keep.
+            await stop_within(consumer, what)
             raise
         return consumer
     return await waited(what, f"Kafka at {settings.kafka_bootstrap} (joining the group)", attempt,
                         settings.startup_timeout_s)
+
+
+async def stop_within(consumer: AIOKafkaConsumer, what: str) -> bool:
+    """`consumer.stop()`, given up after LEAVE_TIMEOUT_S; False when it gave up. Safe to call
+    while a cancellation is being handled (the cleanup of a start cut off by a timeout)."""
+    try:
+        async with asyncio.timeout(LEAVE_TIMEOUT_S):
+            await consumer.stop()
+    except TimeoutError:
+        log.warning("%s did not leave its group within %g s; closing without a clean leave "
+                    "(the broker drops the member after its session timeout)", what, LEAVE_TIMEOUT_S)
+        return False
+    return True
 
 
 class KafkaMember:
@@ -77,12 +92,7 @@ class KafkaMember:
         """Stop consuming (leave the group) before the other clients close; bounded in time."""
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
-            try:
-                async with asyncio.timeout(LEAVE_TIMEOUT_S):
-                    await consumer.stop()
-            except TimeoutError:
-                log.warning("%s did not leave its group within %g s; closing without a clean leave "
-                            "(the broker drops the member after its session timeout)", self.what, LEAVE_TIMEOUT_S)
+            await stop_within(consumer, self.what)
 
     async def _unless_stopped(self, step: Awaitable[None]) -> bool:
         """Run `step` unless `request_stop()` comes first (then cancel it): False when stopped."""

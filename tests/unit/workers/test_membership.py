@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from common.settings import FleetSettings
+from common.startup import StartupTimedOut
 from workers import membership
 from workers.membership import KafkaMember
 
@@ -67,3 +69,28 @@ async def test_leaving_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatc
     assert consumer.stopping and time.monotonic() - started < 2
     assert member.assignment() == frozenset()
     assert "did not leave its group within 0.1 s" in caplog.text
+
+
+class NeverJoins(NeverStops):
+    """A consumer whose start() waits for an assignment that never comes."""
+
+    async def start(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_start_cut_off_by_the_startup_window_does_not_wait_for_its_stop(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(membership, "LEAVE_TIMEOUT_S", 0.1)
+    consumers: list[NeverJoins] = []
+
+    def make() -> NeverJoins:
+        consumers.append(NeverJoins())
+        return consumers[-1]
+
+    settings = FleetSettings(startup_timeout_s=0.2)
+    started = time.monotonic()
+    with pytest.raises(StartupTimedOut, match="joining the group"):
+        await asyncio.wait_for(membership.started_consumer(settings, "worker", make), 5)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 2
+    assert consumers and all(consumer.stopping for consumer in consumers)
+    assert "worker did not leave its group within 0.1 s" in caplog.text
