@@ -36,20 +36,33 @@ from tests.paths import REPO_ROOT as ROOT
 MODEL = "minilm-embed"
 
 
+def _await_chain(task: "asyncio.Task[Any]") -> str:
+    """Where a task is suspended, down its chain of awaits (Task.get_stack shows only the top)."""
+    lines = [f"task {task.get_name()}:"]
+    awaiting: Any = task.get_coro()
+    while awaiting is not None:
+        frame = getattr(awaiting, "cr_frame", None) or getattr(awaiting, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        awaiting = getattr(awaiting, "cr_await", None) or getattr(awaiting, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
 def print_tasks(why: str) -> None:
-    """Every asyncio task's stack, to stderr (pytest shows it with the failure)."""
+    """Where every asyncio task waits, to stderr (pytest shows it with the failure)."""
     print(f"=== asyncio tasks: {why} ===", file=sys.stderr)
     for task in asyncio.all_tasks():
-        print(task, file=sys.stderr)
-        task.print_stack(limit=12, file=sys.stderr)
+        if not task.done():
+            print(_await_chain(task), file=sys.stderr)
     sys.stderr.flush()
 
 
-@asynccontextmanager
-async def tasks_shown_if_hung(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+@pytest.fixture(autouse=True)
+async def hung_tasks_shown(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """pytest-timeout prints the threads of a hung test; for an async test that is the event loop
-    idling in select(), which says nothing. Shortly before the timeout fires, print the asyncio
-    tasks instead: their stacks name what the test is waiting on."""
+    idling in select(), which says nothing (CI has timed out a rollout test, then two workers
+    joining one group, that way). Shortly before the timeout fires, print where each asyncio task
+    waits instead."""
     marker = request.node.get_closest_marker("timeout")
     limit = float(marker.args[0]) if marker and marker.args else float(request.config.getini("timeout") or 0)
     if limit <= 0:
@@ -57,10 +70,8 @@ async def tasks_shown_if_hung(request: pytest.FixtureRequest) -> AsyncIterator[N
         return
     handle = asyncio.get_running_loop().call_later(max(limit - 15, limit * 0.8), print_tasks,
                                                    f"{request.node.nodeid} is about to time out")
-    try:
-        yield
-    finally:
-        handle.cancel()
+    yield
+    handle.cancel()
 
 
 @pytest.fixture(scope="session")
@@ -99,18 +110,6 @@ async def redis(stack: FleetSettings) -> AsyncIterator[Redis]:
 async def client(stack: FleetSettings) -> AsyncIterator[FleetClient]:
     async with FleetClient(ClientSettings(default_timeout_s=30)) as fleet_client:
         yield fleet_client
-
-
-def _await_chain(task: "asyncio.Task[Any]") -> str:
-    """Where a task is suspended, down its chain of awaits (Task.get_stack shows only the top)."""
-    lines = [f"task {task.get_name()}:"]
-    awaiting: Any = task.get_coro()
-    while awaiting is not None:
-        frame = getattr(awaiting, "cr_frame", None) or getattr(awaiting, "gi_frame", None)
-        if frame is not None:
-            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        awaiting = getattr(awaiting, "cr_await", None) or getattr(awaiting, "gi_yieldfrom", None)
-    return "\n".join(lines)
 
 
 class Served:

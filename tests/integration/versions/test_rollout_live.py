@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from gateway.client import FleetClient
 from schemas.names import shadow_stats_key, version_stats_key, versions_key
 from schemas.wire import ReplyTo
-from tests.integration.conftest import MODEL, tasks_shown_if_hung
+from tests.integration.conftest import MODEL
 from tests.integration.versions.test_versions import send_in_order
 from models.backends.base import Backend
 from workers.worker import Worker
@@ -37,13 +37,6 @@ def settled_heap() -> Iterator[None]:
     gc.freeze()
     yield
     gc.unfreeze()
-
-
-@pytest.fixture(autouse=True)
-async def hung_tasks_shown(request: pytest.FixtureRequest) -> AsyncIterator[None]:
-    # CI once timed this module out at 300 s with the loop idle and nothing else to go on.
-    async with tasks_shown_if_hung(request):
-        yield
 
 
 @pytest.fixture
