@@ -57,17 +57,15 @@ async def started_consumer(settings: FleetSettings, what: str, make: Callable[[]
                         settings.startup_timeout_s)
 
 
-async def stop_within(consumer: AIOKafkaConsumer, what: str) -> bool:
-    """`consumer.stop()`, given up after LEAVE_TIMEOUT_S; False when it gave up. Safe to call
-    while a cancellation is being handled (the cleanup of a start cut off by a timeout)."""
+async def stop_within(consumer: AIOKafkaConsumer, what: str) -> None:
+    """`consumer.stop()`, given up (with a warning) after LEAVE_TIMEOUT_S. Safe to call while a
+    cancellation is being handled (the cleanup of a start cut off by a timeout)."""
     try:
         async with asyncio.timeout(LEAVE_TIMEOUT_S):
             await consumer.stop()
     except TimeoutError:
         log.warning("%s did not leave its group within %g s; closing without a clean leave "
                     "(the broker drops the member after its session timeout)", what, LEAVE_TIMEOUT_S)
-        return False
-    return True
 
 
 class KafkaMember:
