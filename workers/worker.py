@@ -28,7 +28,7 @@ from common.credentials import verify_credentials
 from common.startup import open_clients
 from common.heartbeats import HealthState
 from models.backends.base import Backend
-from models.backends.onnx import DeviceUnavailable
+from models.backends.errors import DeviceUnavailable
 from models.loading import ModelLoader
 from models.tasks import task_of
 from schemas.names import (DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic,

@@ -7,3 +7,7 @@ class DeviceError(RuntimeError):
 
 class DeviceOutOfMemory(DeviceError):
     """The batch did not fit in device memory; a smaller batch may."""
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device cannot run this model here; we never fall back silently."""

@@ -15,6 +15,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from models.backends.base import Encoded, check_rows
+from models.backends.errors import DeviceUnavailable
 from models.backends.memory import cuda_total_bytes, memory_limit
 from models.backends.options import RuntimeOptions
 from models.backends.tokenized import BatchTokenizer, TokenizedBackend
@@ -23,10 +24,6 @@ from models.registry import ModelManifest, ModelRegistry
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 SUPPORTED_DEVICES = ("cpu", "cuda")
-
-class DeviceUnavailable(RuntimeError):
-    """The requested device cannot run this model here; we never fall back silently."""
-
 
 GRAPH_OPTIMIZATION = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

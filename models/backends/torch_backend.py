@@ -28,8 +28,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from models.backends.base import Encoded, Feeds, check_rows
-from models.backends.errors import DeviceError, DeviceOutOfMemory
-from models.backends.onnx import DeviceUnavailable
+from models.backends.errors import DeviceError, DeviceOutOfMemory, DeviceUnavailable
 from models.backends.options import RuntimeOptions
 from models.backends.tokenized import BatchTokenizer, TokenizedBackend
 from models.registry import ModelManifest, ModelRegistry, RegistryError

@@ -12,7 +12,8 @@ import onnxruntime as ort
 import pytest
 
 from models.backends import Backend
-from models.backends.onnx import CUDA_PROVIDER, DeviceUnavailable, OnnxEmbeddingBackend
+from models.backends.errors import DeviceUnavailable
+from models.backends.onnx import CUDA_PROVIDER, OnnxEmbeddingBackend
 from models.backends.options import RuntimeOptions
 from tests.built_models import MODEL_NAME, built_registry, resolve_or_skip
 from models.registry import ModelIntegrityError, ModelRegistry

@@ -23,7 +23,8 @@ from pydantic import ValidationError
 from models.backends import Backend
 from models.backends.errors import DeviceError, DeviceOutOfMemory
 from models.loading import ModelLoader
-from models.backends.onnx import DeviceUnavailable, OnnxEmbeddingBackend
+from models.backends.errors import DeviceUnavailable
+from models.backends.onnx import OnnxEmbeddingBackend
 from models.backends.options import RuntimeOptions
 from models.backends.torch_backend import NoTorchArtifacts, TorchEmbeddingBackend
 from models.build.sentences import SERVING_SENTENCES
