@@ -1,25 +1,44 @@
 # Sourced by every script in scripts/: finds the repo, makes sure the virtual environment
 # exists with the project installed at the versions in constraints.txt (re-installs only when
-# pyproject.toml or constraints.txt changes).
+# pyproject.toml, constraints.txt or the flavour changes).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${FLEET_VENV:-$ROOT/.venv}
 PY=$VENV/bin/python
 export PYTHONUNBUFFERED=1
+# ONNX Runtime's and faiss's flavour: pyproject.toml's extra `cpu` (the default) or `gpu`
+# (onnxruntime-gpu, faiss-gpu: what a CUDA worker needs). Chosen, never guessed from the machine:
+# the model build calibrates on ONNX Runtime, and only the same pinned CPU wheel on every machine
+# builds the same models (the GPU wheel is another release).
+FLAVOUR=${FLEET_FLAVOUR:-cpu}
+CPU_DISTS=(onnxruntime faiss-cpu)
+GPU_DISTS=(onnxruntime-gpu faiss-gpu)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 ensure_python() {
+    case "$FLAVOUR" in
+        cpu | gpu) ;;
+        *) log "FLEET_FLAVOUR=$FLAVOUR: expected cpu or gpu"; return 2 ;;
+    esac
     if [ ! -x "$PY" ]; then
         log "creating virtual environment in $VENV"
         python3 -m venv "$VENV"
     fi
     local stamp
-    stamp="$VENV/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -c1-16)"
+    stamp="$VENV/.installed-$FLAVOUR-$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -c1-16)"
     if [ ! -f "$stamp" ]; then
-        log "installing the project and its dependencies (first run downloads torch: a few minutes)"
+        log "installing the project and its dependencies, $FLAVOUR flavour (first run downloads torch: a few minutes)"
         "$PY" -m pip install -q --upgrade pip
-        "$PY" -m pip install -q --progress-bar off -c "$ROOT/constraints.txt" -e "$ROOT[dev]"
+        # The flavours provide the same imports and overwrite each other's files, and pip would
+        # install one on top of the other: where the other one is, both go before one comes back.
+        local other=("${GPU_DISTS[@]}")
+        [ "$FLAVOUR" = cpu ] || other=("${CPU_DISTS[@]}")
+        if "$PY" -m pip show -q "${other[@]}" >/dev/null 2>&1; then
+            log "removing the other flavour (${other[*]})"
+            "$PY" -m pip uninstall -y -q "${CPU_DISTS[@]}" "${GPU_DISTS[@]}" 2>/dev/null
+        fi
+        "$PY" -m pip install -q --progress-bar off -c "$ROOT/constraints.txt" -e "$ROOT[dev,$FLAVOUR]"
         rm -f "$VENV"/.installed-*
         touch "$stamp"
     fi

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
+
+from models.backends.flavour import FIX, GPU_FIX
+
+try:
+    import onnxruntime as ort
+except ImportError as missing:
+    raise ImportError(f"ONNX Runtime is not installed: {FIX}") from missing
 
 from models.backends.base import Encoded, check_rows
 from models.backends.errors import DeviceUnavailable
@@ -55,8 +61,7 @@ def providers_for(device: str) -> list[str]:
         available = ort.get_available_providers()
         if CUDA_PROVIDER not in available:
             raise DeviceUnavailable(
-                f"device 'cuda' requested but this ONNX Runtime ({ort.__version__}) only has "
-                f"{available}; install onnxruntime-gpu (the project's [gpu] extra) or run with device=cpu"
+                f"device 'cuda' requested but this ONNX Runtime ({ort.__version__}) only has {available}; {GPU_FIX}"
             )
         return [CUDA_PROVIDER, CPU_PROVIDER]
     raise ValueError(f"unknown device {device!r}; expected one of {SUPPORTED_DEVICES}")

@@ -30,11 +30,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import faiss
 import numpy as np
 import numpy.typing as npt
 
+from models.backends.flavour import FIX
 from workers.cache.guards import meaning_conflict
+
+try:
+    import faiss
+except ImportError as missing:
+    raise ImportError(f"faiss is not installed: {FIX}") from missing
 
 log = logging.getLogger(__name__)
 
