@@ -22,6 +22,8 @@ class ExitCode(IntEnum):
     CANNOT_BIND = 2
     DEPENDENCIES = 3
     GRACE_EXCEEDED = 4
+    # 5 is the gateway's unusable keys file (gateway/main.py).
+    WRONG_INSTALL = 6  # the installed libraries cannot serve the settings (e.g. device cuda on the CPU flavour)
 
 
 async def kafka_answers(settings: FleetSettings) -> None:

@@ -9,6 +9,7 @@ from common.heap import settle_heap
 from common.logs import configure_logging
 from common.process import ExitCode, arm_watchdog, wait_for_dependencies
 from common.startup import StartupTimedOut
+from models.backends.flavour import install_refusal
 from workers.health.endpoints import health_endpoints
 from workers.health.probes import WorkerProbes
 from workers.worker import Worker
@@ -54,9 +55,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = WorkerSettings()
     configure_logging(json_lines=settings.log_json, level=settings.log_level)
+    shadow = ShadowSettings() if settings.role is Role.shadow else None
+    member = shadow or settings
+    # Before Kafka and Redis: an install that cannot serve the device never will, so no waiting, no
+    # `failed` heartbeat, one line and an exit status an orchestrator shows (CrashLoopBackOff).
+    refusal = install_refusal(member.device, member.backend, semantic_cache=shadow is None and settings.semantic_cache)
+    if refusal is not None:
+        log.error("worker cannot start: %s", refusal)
+        raise SystemExit(ExitCode.WRONG_INSTALL)
     try:
-        if settings.role is Role.shadow:
-            processed = asyncio.run(serve_shadow(ShadowSettings(), burst=args.burst))
+        if shadow is not None:
+            processed = asyncio.run(serve_shadow(shadow, burst=args.burst))
         else:
             processed = asyncio.run(serve(settings, burst=args.burst))
     except CredentialsRejected as exc:

@@ -6,6 +6,11 @@ pyproject.toml's extras `cpu` and `gpu` are exclusive, the base depends on neith
 module reads what is installed from the distributions' metadata (importlib.metadata) without
 importing either library: a missing or doubled install is reported in one line that names the
 fix, instead of an ImportError (or a CPU-only run) deep inside a worker.
+
+What the install cannot do is refused here (`install_refusal`): no amount of waiting or
+restarting gives a CPU wheel a CUDA provider. A device that the install could drive but that is
+absent or broken on this machine is a health matter, not an install one: the worker loads, finds
+it missing (models/backends/onnx.py, torch_backend.py) and reports `failed` (workers/worker.py).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from importlib import metadata
 FIX = "pip install '.[cpu]' or '.[gpu]' (scripts/lib.sh: FLEET_FLAVOUR=cpu|gpu)"
 GPU_FIX = ("install the GPU flavour (onnxruntime-gpu and faiss-gpu: pip install '.[gpu]'; scripts/lib.sh: "
            "FLEET_FLAVOUR=gpu) or use the GPU image (compose/Dockerfile.gpu), or run with FLEET_DEVICE=cpu")
+# PyPI's torch wheels for Linux x86_64 are CUDA builds; the CPU image installs torch's CPU-only wheel.
+TORCH_FIX = ("install torch's CUDA build (PyPI's wheel for Linux x86_64, as constraints.txt pins it) or use the "
+             "GPU image (compose/Dockerfile.gpu), or run this worker with FLEET_DEVICE=cpu")
+CUDA_PROVIDER = "CUDAExecutionProvider"
 # The distributions that provide each import, by flavour; pyproject.toml's extras `cpu` and `gpu`
 # name the first of each (tests/unit/test_install_flavours.py holds them together). faiss-gpu-cu12
 # and -cu11 are the community GPU wheels that came before Meta's own faiss-gpu.
@@ -74,3 +83,43 @@ class Installed:
                 found.append(f"`import {name}` is provided by both {both}, which overwrite each other's files: "
                              f"pip uninstall -y {' '.join(d.name for d in dists)}, then {FIX}")
         return found
+
+
+def needed_imports(backend: str, semantic_cache: bool) -> tuple[str, ...]:
+    """What a worker imports: ONNX Runtime for its model (backend onnxruntime) and for the semantic
+    cache's encoder; faiss for the semantic cache's index."""
+    onnx = backend == "onnxruntime" or semantic_cache
+    return tuple(name for name, needed in (("onnxruntime", onnx), ("faiss", semantic_cache)) if needed)
+
+
+def install_refusal(device: str, backend: str, *, semantic_cache: bool,
+                    installed: Installed | None = None) -> str | None:
+    """Why this install cannot run a worker with these settings, naming the fix; None when it can.
+
+    On device cuda: ONNX Runtime must have its CUDA provider (the GPU wheel) wherever it runs the
+    model or the cache's encoder, and torch must be a CUDA build for backend torch. The semantic
+    cache's faiss index runs on the CPU on every device (workers/cache/semantic.py), so either faiss
+    flavour serves it. Whether a GPU is really there is not asked here: see the module's docstring.
+    """
+    installed = installed if installed is not None else Installed.here()
+    imports = needed_imports(backend, semantic_cache)
+    problems = installed.problems(imports)
+    if problems:
+        return problems[0]
+    if device != "cuda":
+        return None
+    if "onnxruntime" in imports:
+        import onnxruntime
+
+        available = onnxruntime.get_available_providers()
+        if CUDA_PROVIDER not in available:
+            [dist] = installed.providers["onnxruntime"]
+            return (f"device cuda needs ONNX Runtime's {CUDA_PROVIDER}, but the installed {dist} "
+                    f"({dist.flavour} flavour) has only {', '.join(available)}: {GPU_FIX}")
+    if backend == "torch":
+        import torch
+
+        if torch.version.cuda is None:
+            return (f"device cuda with backend torch needs a CUDA build of PyTorch, but torch {torch.__version__} "
+                    f"is a CPU-only build: {TORCH_FIX}")
+    return None

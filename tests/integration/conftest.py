@@ -34,6 +34,11 @@ from workers.settings import WorkerSettings
 from tests.paths import REPO_ROOT as ROOT
 
 MODEL = "minilm-embed"
+# A CUDA worker that this install can serve, on a machine where no GPU is usable: the torch backend
+# (torch is PyPI's CUDA build) with no device visible, even on a GPU machine. It loads, finds no
+# device and reports `failed`. On ONNX Runtime's CPU wheel a CUDA worker never gets that far: it is
+# refused at start, before Kafka and Redis (models/backends/flavour.py).
+NO_GPU_WORKER = {"FLEET_DEVICE": "cuda", "FLEET_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _await_chain(task: "asyncio.Task[Any]") -> str:

@@ -11,7 +11,7 @@ from common.redis_cluster import mget_all
 from gateway.client import FleetClient
 from schemas.names import fallback_topic, requests_topic, result_key
 from schemas.wire import ReplyTo, Request, Result, Status
-from tests.integration.conftest import MODEL, Process
+from tests.integration.conftest import MODEL, NO_GPU_WORKER, Process
 from common.heartbeats import list_workers
 from workers.settings import Role, WorkerSettings
 from workers.fallback import PrimaryTakeover
@@ -150,8 +150,8 @@ async def test_oom_above_16_splits_batches_and_the_cap_recovers(client: FleetCli
 async def test_a_cuda_worker_without_a_gpu_reports_failed_and_fallback_serves(
         client: FleetClient, serve, processes: list[Process], tmp_path: Path, worker_settings: WorkerSettings,
         redis: Redis) -> None:  # type: ignore[no-untyped-def]
-    gpu = Process(["-m", "workers.main"], {"FLEET_MODEL": MODEL, "FLEET_WORKER_ID": "no-gpu-primary",
-                                           "FLEET_DEVICE": "cuda"}, "failed at start", tmp_path / "no-gpu.log")
+    gpu = Process(["-m", "workers.main"], {"FLEET_MODEL": MODEL, "FLEET_WORKER_ID": "no-gpu-primary", **NO_GPU_WORKER},
+                  "failed at start", tmp_path / "no-gpu.log")
     processes.append(gpu)
     for _ in range(50):
         workers = {w.worker: w for w in await list_workers(redis, MODEL)}

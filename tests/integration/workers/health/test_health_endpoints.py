@@ -11,7 +11,7 @@ import httpx
 from redis.asyncio import Redis
 
 from common.heartbeats import drain, undrain
-from tests.integration.conftest import MODEL, Process, start_worker
+from tests.integration.conftest import MODEL, NO_GPU_WORKER, Process, start_worker
 from fleet.ports import free_port
 
 
@@ -64,7 +64,7 @@ async def test_a_worker_without_its_device_is_alive_but_never_ready(
         processes: list[Process], tmp_path: Path) -> None:
     port = free_port()
     worker = Process(["-m", "workers.main"], {"FLEET_MODEL": MODEL, "FLEET_WORKER_ID": "k8s-no-gpu",
-                                              "FLEET_DEVICE": "cuda", "FLEET_METRICS_PORT": str(port)},
+                                              "FLEET_METRICS_PORT": str(port), **NO_GPU_WORKER},
                      "failed at start", tmp_path / "no-gpu.log")
     processes.append(worker)
     base = f"http://127.0.0.1:{port}"
