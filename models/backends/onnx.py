@@ -8,6 +8,7 @@ softmax head, so its rows are class probabilities, one column per `manifest.labe
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -67,10 +68,24 @@ def providers_for(device: str) -> list[str]:
     raise ValueError(f"unknown device {device!r}; expected one of {SUPPORTED_DEVICES}")
 
 
+@functools.cache
+def load_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries of the nvidia-* wheels the GPU flavour installs, once.
+
+    ONNX Runtime's CUDA provider finds them only once they are loaded: without this, on the GPU
+    flavour, loading the provider failed on libcublasLt.so.13 and the session ran on CPU. torch
+    loads them when imported, but a worker on ONNX Runtime alone never imports torch."""
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is not None:
+        preload()
+
+
 def open_session(model_file: Path, *, device: str, intra_op_threads: int,
                  graph_optimization: str = "all", memory_headroom: float = 0.0,
                  spinning: bool = True) -> ort.InferenceSession:
     providers = providers_for(device)
+    if providers[0] == CUDA_PROVIDER:
+        load_cuda_libraries()
     options = session_options(intra_op_threads, graph_optimization, spinning)
     provider_options: list[dict[str, str]] = [{} for _ in providers]
     total = cuda_total_bytes() if providers[0] == CUDA_PROVIDER and memory_headroom > 0 else None
@@ -82,7 +97,8 @@ def open_session(model_file: Path, *, device: str, intra_op_threads: int,
     if session.get_providers()[0] != providers[0]:
         raise DeviceUnavailable(
             f"device {device!r}: ONNX Runtime could not start {providers[0]} "
-            f"(session runs on {session.get_providers()}); check the CUDA/cuDNN libraries"
+            f"(session runs on {session.get_providers()}); check the NVIDIA driver (libcuda.so.1), that a GPU is "
+            "visible, and the CUDA/cuDNN libraries (`fleet doctor --device cuda` shows what this install sees)"
         )
     return session
 
