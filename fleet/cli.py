@@ -14,6 +14,7 @@
     fleet keys create|list|revoke   the gateway's API keys, one tenant each
     fleet dlq list|show|replay|purge  dead letters, masked; replay them to their request topic
     fleet console                   the operator's web console (the same functions as these commands)
+    fleet doctor [--device cuda]    what this install runs on: ONNX Runtime / faiss flavour, providers, GPUs
 """
 
 import argparse
@@ -55,6 +56,8 @@ DELEGATES = {
     "keys": ("fleet.commands.keys", "the gateway's API keys: create (shown once) | list | revoke"),
     "dlq": ("fleet.commands.dlq", "dead letters: list | show (masked) | replay to their request topic | purge"),
     "console": ("fleet.console.main", "the operator's web console: workers, lag, versions, dead letters, tenants"),
+    "doctor": ("fleet.commands.doctor", "what this install runs on: the ONNX Runtime and faiss flavour, their "
+               "providers and GPU support, torch's CUDA devices, versions"),
 }
 
 
