@@ -1,14 +1,18 @@
-"""compose/docker-compose.yml configures the fleet only through real FLEET_* settings fields."""
+"""compose/docker-compose.yml configures the fleet only through real FLEET_* settings fields, and its two
+images (compose/Dockerfile: the CPU flavour; compose/Dockerfile.gpu: the GPU flavour) install what
+the processes that run them need. Static: there is no container engine on these machines."""
 
 from __future__ import annotations
 
 import re
 import tomllib
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from common.settings import ENV_PREFIX, FleetSettings
 from gateway.settings import GatewaySettings
@@ -18,8 +22,13 @@ from workers.settings import WorkerSettings
 
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
 DOCKERFILE = ROOT / "compose" / "Dockerfile"
+GPU_DOCKERFILE = ROOT / "compose" / "Dockerfile.gpu"
 POM = ROOT / "compose" / "kafka" / "pom.xml"
 APP_IMAGE = "kafka-inference-fleet:local"
+GPU_IMAGE = "kafka-inference-fleet-gpu:local"
+# Each image and the flavour of ONNX Runtime and faiss it installs (pyproject.toml's extras).
+IMAGES = {APP_IMAGE: (DOCKERFILE, "cpu"), GPU_IMAGE: (GPU_DOCKERFILE, "gpu")}
+DOCKERFILES = [DOCKERFILE, GPU_DOCKERFILE]
 
 
 def _services() -> dict[str, dict[str, Any]]:
@@ -43,7 +52,7 @@ def _environment(service: dict[str, Any]) -> dict[str, str]:
 def _settings_class(service: dict[str, Any]) -> type[FleetSettings] | None:
     """The settings class the service's process builds; None for third-party images."""
     known = settings_class(_command(service), _environment(service))
-    if known is None and service.get("image") == APP_IMAGE:
+    if known is None and service.get("image") in IMAGES:
         return FleetSettings  # another one-shot of the fleet's image: shared settings only
     return known
 
@@ -111,15 +120,90 @@ def test_kafka_image_is_the_local_stack_version() -> None:
     assert _services()["kafka"]["image"] == f"apache/kafka:{version}"
 
 
-def test_dockerfile_env_names_are_shared_settings_fields() -> None:
-    names = set(re.findall(r"\b(FLEET_[A-Z0-9_]+)=", DOCKERFILE.read_text()))
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_dockerfile_env_names_are_shared_settings_fields(dockerfile: Path) -> None:
+    names = set(re.findall(r"\b(FLEET_[A-Z0-9_]+)=", dockerfile.read_text()))
     assert names, "the Dockerfile sets the registry location"
     assert names <= env_names(FleetSettings)
 
 
-def test_the_image_copies_every_package_pyproject_installs() -> None:
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.name)
+def test_the_image_copies_every_package_pyproject_installs(dockerfile: Path) -> None:
     # A package missing here installs fine and fails only when a process imports it in the container.
     includes = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*") for pattern in includes}
-    copied = set(re.findall(r"^COPY (\w+) \./\1$", DOCKERFILE.read_text(), flags=re.MULTILINE))
-    assert packages and packages <= copied, f"compose/Dockerfile does not COPY {sorted(packages - copied)}"
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile.read_text(), flags=re.MULTILINE))
+    assert packages and packages <= copied, f"{dockerfile.name} does not COPY {sorted(packages - copied)}"
+
+
+def _installed_extras(dockerfile: Path) -> set[str]:
+    """The extras of the one `pip install` of the project, which must go through constraints.txt."""
+    [(options, extras)] = re.findall(r"^RUN pip install (.*?)\s*\"\.\[([\w,]+)\]\"", dockerfile.read_text(),
+                                     flags=re.MULTILINE)
+    assert "-c constraints.txt" in options, f"{dockerfile.name} installs without the pinned versions"
+    return set(extras.split(","))
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_each_image_installs_its_flavour_alone_at_the_pinned_versions(image: str) -> None:
+    dockerfile, flavour = IMAGES[image]
+    text = dockerfile.read_text()
+    assert _installed_extras(dockerfile) & {"cpu", "gpu"} == {flavour}
+    assert re.search(r"^COPY .*\bconstraints\.txt\b.* \./$", text, flags=re.MULTILINE), "constraints.txt is copied"
+    assert re.search(r"\]\" && fleet doctor$", text, flags=re.MULTILINE), "the build fails on a mixed install"
+    # BuildKit reads <Dockerfile>.dockerignore beside it: both images leave out the same things.
+    ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
+    assert ignore.read_text() == DOCKERFILE.with_name("Dockerfile.dockerignore").read_text()
+
+
+def _pins() -> dict[str, str]:
+    lines = [line for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line]
+    return dict(line.split("==", 1) for line in lines if not line.startswith("#"))
+
+
+def test_the_gpu_image_is_a_cuda_base_of_the_pinned_cuda_major_with_the_python_the_project_needs() -> None:
+    text = GPU_DOCKERFILE.read_text()
+    [(major, minor)] = re.findall(r"^FROM nvidia/cuda:(\d+)\.(\d+)\.\d+-(?:base|runtime|cudnn-runtime)-ubuntu[\d.]+$",
+                                  text, flags=re.MULTILINE)
+    # torch's and onnxruntime-gpu's CUDA libraries are the nvidia-* pins: the base asks the host's
+    # driver for that major release, at a minor no newer than theirs (minor version compatibility).
+    pinned_major, pinned_minor = _pins()["nvidia-cuda-runtime"].split(".")[:2]
+    assert major == pinned_major and int(minor) <= int(pinned_minor)
+    [python] = re.findall(r"apt-get install [^\n]*\bpython(3\.\d+)-venv\b", text)
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert SpecifierSet(requires).contains(python), f"python {python} against requires-python {requires}"
+    assert re.search(rf"^\s*&& python{re.escape(python)} -m venv /opt/fleet$", text, flags=re.MULTILINE)
+    assert "download.pytorch.org/whl/cpu" not in text, "the GPU image keeps PyPI's CUDA build of torch"
+
+
+def _worker_services() -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in _services().items() if _settings_class(s) is WorkerSettings}
+
+
+def test_cuda_workers_run_the_gpu_image_behind_the_gpu_profile_with_a_device_reservation() -> None:
+    workers = _worker_services()
+    cuda = {name for name, service in workers.items() if _environment(service).get("FLEET_DEVICE") == "cuda"}
+    assert cuda, "compose has a GPU worker"
+    for name, service in workers.items():
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        if name not in cuda:
+            assert service["image"] == APP_IMAGE and not devices and "profiles" not in service, name
+            continue
+        # Only with `--profile gpu`: a plain `docker compose up` runs on a host without a GPU.
+        assert service["profiles"] == ["gpu"], name
+        assert service["image"] == GPU_IMAGE and service["build"]["dockerfile"] == "compose/Dockerfile.gpu", name
+        [device] = devices
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"], name
+        assert device.get("count", "all") == "all" or int(device["count"]) >= 1, name
+
+
+def test_every_image_a_service_builds_has_its_dockerfile_here() -> None:
+    built = {}
+    for name, service in _services().items():
+        if "build" in service:
+            build = service["build"]
+            context = (COMPOSE.parent / build["context"]).resolve()
+            assert context == ROOT, f"{name} builds from the repository root"
+            built[service["image"]] = context / build["dockerfile"]
+    assert built == {image: dockerfile for image, (dockerfile, _) in IMAGES.items()}
+    assert all(path.is_file() for path in built.values())

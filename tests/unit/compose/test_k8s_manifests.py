@@ -20,10 +20,12 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from schemas.names import consumer_group, requests_topic
+from tests.paths import REPO_ROOT
 from tests.unit.compose.fleet_env import settings_class, settings_from, unknown_fleet_names
 from tests.unit.compose.k8s_objects import (K8S, Container, containers, find, kustomization, manifests, of_kind,
                                     pod_template, secret_data, selects, workers)
@@ -184,6 +186,24 @@ def test_one_worker_deployment_per_model_and_role_with_the_primary_on_a_gpu() ->
             assert gpus is None, f"{worker.id} runs on CPU but holds a GPU"
     primary = find("Deployment", "fleet-worker-minilm-embed")
     assert [c.env["FLEET_DEVICE"] for c in workers() if c.owner is primary] == ["cuda"]
+
+
+def test_cuda_workers_run_the_gpu_image_and_every_other_container_the_cpu_one() -> None:
+    """A CUDA worker on the CPU image is refused at start (ONNX Runtime's CPU wheel has no CUDA
+    provider); a CPU process on the GPU image would pull gigabytes of CUDA libraries for nothing."""
+    cuda = {c.id for c in workers() if c.env.get("FLEET_DEVICE", "cpu").startswith("cuda")}
+    assert cuda, "the GPU primary"
+    for container in containers():
+        image = container.spec["image"].split(":")[0]
+        assert image == ("kafka-inference-fleet-gpu" if container.id in cuda else "kafka-inference-fleet"), container.id
+
+
+def test_every_image_is_one_compose_builds_from_a_dockerfile_here() -> None:
+    services = yaml.safe_load((REPO_ROOT / "compose" / "docker-compose.yml").read_text())["services"]
+    built = {s["image"]: REPO_ROOT / s["build"]["dockerfile"] for s in services.values() if "build" in s}
+    assert {c.spec["image"] for c in containers()} <= set(built), "each image names one compose builds (:local)"
+    assert {image["name"] for image in kustomization()["images"]} == {image.split(":")[0] for image in built}
+    assert all(dockerfile.is_file() for dockerfile in built.values())
 
 
 def test_workers_read_the_registry_the_job_builds(monkeypatch: pytest.MonkeyPatch) -> None:
