@@ -57,6 +57,7 @@ def test_a_reranker_gives_one_score_per_pair() -> None:
 def save(path: Path, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
          outputs: list[onnx.ValueInfoProto]) -> Path:
     model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # as the built models; onnx's default (14) is newer than the GPU flavour's ONNX Runtime reads
     onnx.save(model, str(path))
     return path
 
