@@ -15,6 +15,7 @@ it missing (models/backends/onnx.py, torch_backend.py) and reports `failed` (wor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -44,8 +45,9 @@ class Dist:
     @property
     def flavour(self) -> str:
         """cpu, gpu, or the distribution's own name for a flavour we do not ship (e.g. onnxruntime-openvino)."""
-        return next((flavour for names in FLAVOURS.values() for dist, flavour in names.items()
-                     if dist == self.name.lower()), self.name)
+        name = re.sub(r"[-_.]+", "-", self.name).lower()  # as PEP 503 compares distribution names
+        return next((flavour for names in FLAVOURS.values() for dist, flavour in names.items() if dist == name),
+                    self.name)
 
     def __str__(self) -> str:
         return f"{self.name} {self.version}"
