@@ -38,7 +38,9 @@ ensure_python() {
             log "removing the other flavour (${other[*]})"
             "$PY" -m pip uninstall -y -q "${CPU_DISTS[@]}" "${GPU_DISTS[@]}" 2>/dev/null
         fi
-        "$PY" -m pip install -q --progress-bar off -c "$ROOT/constraints.txt" -e "$ROOT[dev,$FLAVOUR]"
+        # Not quiet: on a fresh machine this is minutes, and each "Collecting"/"Downloading" line is progress.
+        "$PY" -m pip install --progress-bar off -c "$ROOT/constraints.txt" -e "$ROOT[dev,$FLAVOUR]" \
+            | { grep -v "^Requirement already satisfied" || true; }
         rm -f "$VENV"/.installed-*
         touch "$stamp"
     fi
