@@ -34,6 +34,9 @@ DELEGATES = {
     "build-models": ("models.build.__main__", "build and register model versions"),
     "written-pairs": ("models.build.written_pairs", "add written question-pair sets to the cache verifier's "
                       "training or calibration data, without the pairs near a text of the honest test sets"),
+    "train-models": ("fleet.commands.train_models", "the maintainer's command: train what build-models ships (the "
+                     "faq-intent head, the cache verifier's adapter) and write it only when every pinned pair set "
+                     "meets its target with a margin"),
     "demo": ("fleet.commands.demo", "run the fleet end to end and print a table"),
     "bench": ("fleet.bench.batching", "batching benchmark: fleet vs raw model throughput and latency per batch config"),
     "lag": ("fleet.commands.lag", "consumer-group lag per partition and the estimated time to drain it"),

@@ -99,11 +99,12 @@ def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool
                {kind: rate([hit for hit, pair in zip(hits, pairs) if pair.kind == kind]) for kind in kinds})
 
 
-def embed_all(texts: list[str]) -> tuple[str, Vectors]:
+def embed_all(texts: list[str], registry_dir: Path | None = None) -> tuple[str, Vectors]:
     from models.backends.base import infer_in_chunks
     from models.loading import ModelLoader
 
-    backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False).runtime()).load()
+    where = {} if registry_dir is None else {"model_dir": registry_dir}
+    backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False, **where).runtime()).load()
     unique = list(dict.fromkeys(texts))
     rows = infer_in_chunks(backend, unique)
     return backend.manifest.id, dict(zip(unique, rows))

@@ -8,10 +8,14 @@ artifacts (built before the torch backend existed) does not count: a new FP32 ve
 built with them, and a new INT8 version from it, since INT8 is matched by its FP32 parent.
 Old versions stay registered and servable by ONNX Runtime (versions are immutable).
 
-faq-intent is kept when an FP32 version exists for this MiniLM FP32 version, data version
-(name + file hash) and head hyperparameters, and an INT8 version from that FP32 one. The
-cache-verifier (models/build/verifier.py) likewise, by its pairs' data version, its training
-settings and FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to).
+faq-intent is kept when an FP32 version exists for this MiniLM FP32 version and the shipped
+head (models/build/data/trained/faq-intent), and an INT8 version from that FP32 one. The
+cache-verifier (models/build/verifier.py) likewise, by the shipped adapter and
+FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to). Nothing is trained here: the
+maintainer's `scripts/train-models` trains what is shipped (models/build/trained.py says why).
+
+The run ends with two tables: the versions (with each graph's sha256, to compare builds on two
+machines) and the time each stage took.
 """
 
 from __future__ import annotations
@@ -31,10 +35,16 @@ from models.build.faq import (
     registered_faq_int8,
 )
 from models.build.faq_data import load_faq_dataset
-from models.build.head import HeadHyperparameters
 from models.build.progress import Progress
 from models.build.source import PackagedModel, locate_packaged_model
-from models.build.verifier import VERIFIER_MODEL_NAME, build_verifier_fp32, build_verifier_int8, registered_verifier
+from models.build.trained import TRAINED_DIR, TrainedArtifactError, read_record
+from models.build.verifier import (
+    VERIFIER_MODEL_NAME,
+    build_verifier_fp32,
+    build_verifier_int8,
+    registered_verifier,
+    shipped_hyperparameters,
+)
 from models.build.verifier_calibration import max_false_hits_from_env
 from models.build.verifier_data import load_verifier_dataset
 from models.build.version import BuiltVersion, describe_check
@@ -61,6 +71,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="model registry folder (default: FLEET_MODEL_DIR, else <FLEET_HOME>/models = .fleet/models)",
     )
     parser.add_argument("--force", action="store_true", help="build new versions even if these are already registered")
+    parser.add_argument("--trained", type=Path, default=TRAINED_DIR,
+                        help="folder of the shipped trained weights (default: models/build/data/trained; "
+                             "scripts/train-models builds its candidates from another)")
     return parser.parse_args(argv)
 
 
@@ -90,7 +103,7 @@ def _keep(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) 
 
 
 def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
-    header = ("version id", "precision", "task", "status", "serves", "size MB", "check")
+    header = ("version id", "precision", "task", "status", "serves", "size MB", "graph sha256", "check")
     rows = [header]
     for version in versions:
         manifest = version.manifest
@@ -103,57 +116,95 @@ def _summary(registry: ModelRegistry, versions: Sequence[BuiltVersion]) -> str:
                 "built" if version.newly_built else "kept",
                 "onnx+torch" if manifest.torch_dir is not None else "onnx",
                 f"{size_mb:.1f}",
+                manifest.files[manifest.onnx_file][:12],
                 f"{manifest.check.name}: {describe_check(manifest.check)}",
             )
         )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return _columns(rows)
+
+
+def _timings(progress: Progress) -> str:
+    rows = [("stage", "seconds"), *((name, f"{seconds:.1f}") for name, seconds in progress.stages),
+            ("total", f"{progress.elapsed_s:.1f}")]
+    return _columns(rows)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool,
-               progress: Progress) -> list[BuiltVersion]:
-    """The faq-intent FP32 (head on `encoder`) and INT8 versions, built or kept."""
+def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool, progress: Progress,
+               trained: Path) -> list[BuiltVersion]:
+    """The faq-intent FP32 (the shipped head on `encoder`) and INT8 versions, built or kept."""
     dataset = load_faq_dataset()
-    hyper = HeadHyperparameters()
     progress.step(f"{FAQ_MODEL_NAME}: data {dataset.version}, {len(dataset.labels)} intents, "
                   f"{len(dataset.train)} train / {len(dataset.test)} held-out examples, encoder {encoder.id}")
-    existing_fp32 = None if force else registered_faq_fp32(registry, encoder, dataset, hyper)
-    if existing_fp32 is not None:
-        fp32 = _keep(registry, existing_fp32, progress)
-    else:
-        fp32 = build_faq_fp32(registry, encoder, dataset, hyper, progress)
-    existing_int8 = None if force else registered_faq_int8(registry, fp32.manifest)
-    if existing_int8 is not None:
-        int8 = _keep(registry, existing_int8, progress)
-    else:
-        int8 = build_faq_int8(registry, fp32.manifest, dataset, progress)
+    with progress.stage(f"{FAQ_MODEL_NAME} FP32 (shipped head, held-out check)"):
+        existing_fp32 = None if force else registered_faq_fp32(registry, encoder, trained)
+        if existing_fp32 is not None:
+            fp32 = _keep(registry, existing_fp32, progress)
+        else:
+            fp32 = build_faq_fp32(registry, encoder, dataset, progress, trained)
+    with progress.stage(f"{FAQ_MODEL_NAME} INT8 (quantise, label check)"):
+        existing_int8 = None if force else registered_faq_int8(registry, fp32.manifest)
+        if existing_int8 is not None:
+            int8 = _keep(registry, existing_int8, progress)
+        else:
+            int8 = build_faq_int8(registry, fp32.manifest, dataset, progress)
     return [fp32, int8]
 
 
 def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: ModelManifest, *, force: bool,
-                    progress: Progress) -> list[BuiltVersion]:
-    """The cache-verifier FP32 (fine-tuned from the packaged MiniLM) and INT8 versions, built or kept."""
-    from models.build.verifier_model import VerifierHyperparameters
-
+                    progress: Progress, trained: Path) -> list[BuiltVersion]:
+    """The cache-verifier FP32 (the packaged MiniLM plus the shipped adapter) and INT8 versions,
+    built or kept."""
     dataset = load_verifier_dataset()
     max_false_hits = max_false_hits_from_env()
-    hyper = {**VerifierHyperparameters().as_manifest(), "max_false_hits": max_false_hits}
-    progress.step(f"{VERIFIER_MODEL_NAME}: data {dataset.version}, {len(dataset.train)} training / "
-                  f"{len(dataset.heldout)} held-out pairs, target false hits {max_false_hits:.2%}")
-    existing = None if force else registered_verifier(registry, "fp32", parent=encoder.id,
-                                                      training_data=dataset.version, hyperparameters=hyper)
-    fp32 = _keep(registry, existing, progress) if existing is not None else \
-        build_verifier_fp32(registry, packaged, encoder, dataset, max_false_hits, progress)
+    record = read_record(VERIFIER_MODEL_NAME, trained)
+    progress.step(f"{VERIFIER_MODEL_NAME}: data {dataset.version}, {len(dataset.heldout)} held-out pairs, "
+                  f"target false hits {max_false_hits:.2%}")
+    with progress.stage(f"{VERIFIER_MODEL_NAME} FP32 (adapter, export, calibrate)"):
+        existing = None if force else registered_verifier(
+            registry, "fp32", parent=encoder.id, training_data=record.training_data,
+            hyperparameters=shipped_hyperparameters(record, max_false_hits))
+        fp32 = _keep(registry, existing, progress) if existing is not None else \
+            build_verifier_fp32(registry, packaged, encoder, dataset, max_false_hits, progress, trained)
     existing = None if force else registered_verifier(registry, "int8", parent=fp32.manifest.id)
     try:
-        int8 = _keep(registry, existing, progress) if existing is not None else \
-            build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress)
+        with progress.stage(f"{VERIFIER_MODEL_NAME} INT8 (static quantisation, calibrate)"):
+            int8 = _keep(registry, existing, progress) if existing is not None else \
+                build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress, trained)
     except CheckNotPassed as missed:
         # INT8 only where it keeps the gate: the worker falls back to the FP32 verifier.
         progress.step(f"{VERIFIER_MODEL_NAME} INT8 not registered ({missed}); workers use {fp32.manifest.id}")
         return [fp32]
     return [fp32, int8]
+
+
+def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progress, *, force: bool = False,
+              trained: Path = TRAINED_DIR) -> list[BuiltVersion]:
+    """Every shipped model's versions, built or kept, in the order they depend on each other."""
+    with progress.stage(f"{MODEL_NAME} FP32 (export, check against PyTorch)"):
+        existing_fp32 = None if force else _registered(registry, "fp32", packaged.source, parent=None, with_torch=True)
+        if existing_fp32 is not None:
+            fp32 = _keep(registry, existing_fp32, progress)
+        else:
+            onnx_only = None if force else _registered(registry, "fp32", packaged.source, parent=None)
+            if onnx_only is not None:
+                progress.step(
+                    f"FP32 {onnx_only.id} has no PyTorch artifacts (built before the torch backend); building a new "
+                    f"FP32 version with them (and its INT8); {onnx_only.id} stays registered"
+                )
+            fp32 = build_fp32(registry, packaged, progress)
+    with progress.stage(f"{MODEL_NAME} INT8 (quantise, check)"):
+        existing_int8 = None if force else _registered(registry, "int8", packaged.source, parent=fp32.manifest.id)
+        int8 = _keep(registry, existing_int8, progress) if existing_int8 is not None else \
+            build_int8(registry, fp32.manifest, progress)
+    faq = _build_faq(registry, fp32.manifest, force=force, progress=progress, trained=trained)
+    verifier = _build_verifier(registry, packaged, fp32.manifest, force=force, progress=progress, trained=trained)
+    return [fp32, int8, *faq, *verifier]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,33 +218,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"({packaged.source.base_model})"
     )
     try:
-        existing_fp32 = (
-            None if args.force else _registered(registry, "fp32", packaged.source, parent=None, with_torch=True)
-        )
-        if existing_fp32 is not None:
-            fp32 = _keep(registry, existing_fp32, progress)
-        else:
-            onnx_only = None if args.force else _registered(registry, "fp32", packaged.source, parent=None)
-            if onnx_only is not None:
-                progress.step(
-                    f"FP32 {onnx_only.id} has no PyTorch artifacts (built before the torch backend); building a new "
-                    f"FP32 version with them (and its INT8); {onnx_only.id} stays registered"
-                )
-            fp32 = build_fp32(registry, packaged, progress)
-        existing_int8 = None if args.force else _registered(registry, "int8", packaged.source, parent=fp32.manifest.id)
-        if existing_int8 is not None:
-            int8 = _keep(registry, existing_int8, progress)
-        else:
-            int8 = build_int8(registry, fp32.manifest, progress)
-        faq = _build_faq(registry, fp32.manifest, force=args.force, progress=progress)
-        faq += _build_verifier(registry, packaged, fp32.manifest, force=args.force, progress=progress)
-    except RegistryError as error:
+        versions = build_all(registry, packaged, progress, force=args.force, trained=args.trained)
+    except (RegistryError, TrainedArtifactError) as error:
         # Includes a failed accuracy check (CheckNotPassed) with its figures.
         progress.step(f"FAILED: {error}")
         return 1
     progress.step("done")
     print()
-    print(_summary(registry, [fp32, int8, *faq]))
+    print(_summary(registry, versions))
+    print()
+    print(_timings(progress))
     return 0
 
 

@@ -1,8 +1,10 @@
 """The faq-intent versions: the MiniLM FP32 graph plus a trained softmax head, FP32 and INT8.
 
-FP32: embed the training examples with the registered minilm-embed FP32 graph (the way the
-serving backend runs it), train the head, append it to a copy of that graph, then score the
-finished graph on the held-out examples; below `HELDOUT_MIN_ACCURACY` it is not registered.
+FP32: append the shipped head (models/build/data/trained/faq-intent, trained by the maintainer's
+`scripts/train-models` on embeddings of the minilm-embed FP32 graph, see models/build/trained.py)
+to a copy of that graph, then score the finished graph on the held-out examples; below
+`HELDOUT_MIN_ACCURACY` it is not registered. The head is shipped rather than trained here because
+the embeddings it learns from round differently on another CPU, and so would its weights.
 INT8: the FP32 faq graph through the same ONNX Runtime dynamic quantisation as minilm's
 INT8; it must pick the FP32 parent's label on at least `INT8_MIN_LABEL_AGREEMENT` of all
 examples. Both are ONNX-only (no torch_dir): the head exists only in the graph.
@@ -21,8 +23,16 @@ from models.build.checks import TextBatches, onnx_embeddings
 from models.build.faq_data import FaqDataset
 from models.build.progress import Progress
 from models.build.source import TOKENIZER_FILE
+from models.build.trained import (
+    TRAINED_DIR,
+    WEIGHTS_FILE,
+    TrainedArtifactError,
+    TrainedRecord,
+    read_record,
+    read_weights,
+)
 from models.build.version import ONNX_FILE, BuiltVersion, VersionPlan, build_version, quantized
-from models.registry import AccuracyCheck, ModelManifest, ModelRegistry
+from models.registry import AccuracyCheck, HyperparameterValue, ModelManifest, ModelRegistry
 
 FAQ_MODEL_NAME = "faq-intent"
 HELDOUT_MIN_ACCURACY = 0.85
@@ -32,18 +42,40 @@ _BATCH = 64
 Rows = npt.NDArray[np.float32]
 
 
-def registered_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: FaqDataset,
-                        hyper: faq_head.HeadHyperparameters) -> ModelManifest | None:
-    """Newest FP32 faq version made from this encoder, data version and hyperparameters."""
+def registered_faq_fp32(registry: ModelRegistry, encoder: ModelManifest,
+                        trained_root: Path = TRAINED_DIR) -> ModelManifest | None:
+    """Newest FP32 faq version made from this encoder and the shipped head."""
+    record = read_record(FAQ_MODEL_NAME, trained_root)
     matches = [
         manifest
         for manifest in registry.versions(FAQ_MODEL_NAME)
         if manifest.precision == "fp32"
         and manifest.parent == encoder.id
-        and manifest.training_data == dataset.version
-        and manifest.hyperparameters == hyper.as_manifest()
+        and manifest.training_data == record.training_data
+        and manifest.hyperparameters == shipped_hyperparameters(record)
     ]
     return matches[-1] if matches else None
+
+
+def shipped_hyperparameters(record: TrainedRecord) -> dict[str, HyperparameterValue]:
+    return {**record.hyperparameters, "head_sha256": record.files[WEIGHTS_FILE][:16]}
+
+
+def trained_head(registry: ModelRegistry, encoder: ModelManifest, dataset: FaqDataset,
+                 hyper: faq_head.HeadHyperparameters, progress: Progress) -> tuple[faq_head.LinearHead, float]:
+    """Train the head on `encoder`'s embeddings of the training examples (the maintainer's command);
+    returns it with its training accuracy."""
+    encoder_onnx = registry.path_of(encoder, encoder.onnx_file)
+    tokenizer = registry.path_of(encoder, encoder.tokenizer_file)
+    progress.step(f"embedding {len(dataset.train)} training examples of {dataset.version} ({len(dataset.labels)} "
+                  f"intents) with {encoder.id}")
+    rows = _rows(encoder_onnx, tokenizer, encoder, [example.text for example in dataset.train])
+    labels = np.array([example.label for example in dataset.train], dtype=np.int64)
+    head = faq_head.train_head(rows, labels, len(dataset.labels), hyper)
+    accuracy = float(np.mean(head.probabilities(rows).argmax(axis=1) == labels))
+    progress.step(f"trained the softmax head ({hyper.epochs} epochs, lr {hyper.lr}, l2 {hyper.l2}, seed "
+                  f"{hyper.seed}): training accuracy {accuracy:.3f}")
+    return head, accuracy
 
 
 def registered_faq_int8(registry: ModelRegistry, fp32: ModelManifest) -> ModelManifest | None:
@@ -51,23 +83,24 @@ def registered_faq_int8(registry: ModelRegistry, fp32: ModelManifest) -> ModelMa
     return matches[-1] if matches else None
 
 
-def build_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: FaqDataset,
-                   hyper: faq_head.HeadHyperparameters, progress: Progress) -> BuiltVersion:
+def build_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: FaqDataset, progress: Progress,
+                   trained_root: Path = TRAINED_DIR) -> BuiltVersion:
     if encoder.task != "embedding" or encoder.precision != "fp32":
         raise ValueError(f"{encoder.id} is a {encoder.precision} {encoder.task} model, not an FP32 encoder")
     registry.verify(encoder)
     encoder_onnx = registry.path_of(encoder, encoder.onnx_file)
     tokenizer = registry.path_of(encoder, encoder.tokenizer_file)
-    progress.step(
-        f"embedding {len(dataset.train)} training examples of {dataset.version} ({len(dataset.labels)} intents) "
-        f"with {encoder.id}"
-    )
-    train_rows = _rows(encoder_onnx, tokenizer, encoder, [example.text for example in dataset.train])
-    train_labels = np.array([example.label for example in dataset.train], dtype=np.int64)
-    head = faq_head.train_head(train_rows, train_labels, len(dataset.labels), hyper)
-    train_accuracy = float(np.mean(head.probabilities(train_rows).argmax(axis=1) == train_labels))
-    progress.step(f"trained the softmax head ({hyper.epochs} epochs, lr {hyper.lr}, l2 {hyper.l2}, seed "
-                  f"{hyper.seed}): training accuracy {train_accuracy:.3f}")
+    record, weights = read_weights(FAQ_MODEL_NAME, trained_root)
+    if record.training_data != dataset.version:
+        progress.step(f"NOTE: the shipped head learnt from {record.training_data}, the repository's examples are now "
+                      f"{dataset.version}; scripts/train-models trains it on them")
+    head = faq_head.LinearHead(weight=weights["weight"], bias=weights["bias"])
+    if head.weight.shape != (encoder.embedding_dim, len(dataset.labels)):
+        raise TrainedArtifactError(f"the shipped faq-intent head is {head.weight.shape}, {encoder.id} with "
+                                   f"{len(dataset.labels)} intents needs ({encoder.embedding_dim}, {len(dataset.labels)}):"
+                                   " retrain with scripts/train-models")
+    progress.step(f"{FAQ_MODEL_NAME}: the shipped head ({record.files[WEIGHTS_FILE][:12]}, trained on "
+                  f"{record.trained_on}) on {encoder.id}")
 
     def stage(folder: Path) -> None:
         progress.step(f"appending MatMul + Add + Softmax to {encoder.id}'s graph: {folder / ONNX_FILE}")
@@ -82,13 +115,13 @@ def build_faq_fp32(registry: ModelRegistry, encoder: ModelManifest, dataset: Faq
         # The graph's head must be the trained one: same probabilities as numpy's on the same embeddings.
         numpy_rows = head.probabilities(_rows(encoder_onnx, tokenizer, encoder, test_texts))
         return check_heldout_accuracy(graph_rows, test_labels, len(dataset.labels), figures={
-            "train_accuracy": train_accuracy,
+            **{key: value for key, value in record.figures.items() if key == "train_accuracy"},
             "max_abs_diff_graph_vs_numpy_head": float(np.max(np.abs(graph_rows - numpy_rows))),
         })
 
     plan = VersionPlan(name=FAQ_MODEL_NAME, precision="fp32", parent=encoder.id, source=encoder.source,
                        max_length=encoder.max_length, recipe=faq_head.recipe(encoder.id),
-                       training_data=dataset.version, hyperparameters=hyper.as_manifest(),
+                       training_data=record.training_data, hyperparameters=shipped_hyperparameters(record),
                        task="classification", labels=dataset.labels)
     return build_version(registry, plan, stage, check, progress)
 
@@ -111,7 +144,7 @@ def build_faq_int8(registry: ModelRegistry, fp32: ModelManifest, dataset: FaqDat
 
     plan = VersionPlan(name=FAQ_MODEL_NAME, precision="int8", parent=fp32.id, source=fp32.source,
                        max_length=fp32.max_length, recipe={**fp32.recipe, **quantize.recipe()},
-                       training_data=dataset.version,
+                       training_data=fp32.training_data or dataset.version,
                        hyperparameters={**fp32.hyperparameters, **quantize.hyperparameters()},
                        task="classification", labels=fp32.labels)
     return build_version(registry, plan, stage, check, progress)

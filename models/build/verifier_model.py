@@ -5,15 +5,18 @@ packaged all-MiniLM-L6-v2, mean-pooled, then a linear layer and a softmax over
 ("different", "same"). Reading both texts together lets attention line up "open" with
 "closed" or "Leeds to York" with "York to Leeds", which two separate embeddings blur.
 
-Training is sized for a 2-core CI machine (two to four minutes): the word embeddings stay frozen
-(their gradient is most of the optimiser's work and the pairs teach them nothing new), two
-passes over the pairs, short sequences. Only this module imports torch.
+Training runs on the maintainer's machine only (`scripts/train-models`, five to ten minutes on two
+cores): the word embeddings stay frozen (their gradient is most of the optimiser's work and the
+pairs teach them nothing new), two passes over the pairs, short sequences. What it learnt ships as
+a low-rank adapter (`adapter_from`): each trained matrix's change from the packaged MiniLM cut to
+its top singular directions, a megabyte or two, which `apply_adapter` adds back the same way on
+every machine. Only this module imports torch.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoModel, PreTrainedModel
 
+from models.build.trained import Tensors
 from models.pair_feeds import PAIR_INPUT_NAMES as INPUT_NAMES
 from models.pair_feeds import encode_pairs
 
@@ -42,6 +46,10 @@ class VerifierHyperparameters:
     # Each pair is learnt as (a, b) and (b, a): the worker reads (new, cached), the writers put either
     # first. On the honest sets it raised the best should-hit at 1% traps from 45% to 55%.
     both_orders: bool = True
+    # The shipped adapter's rank: each trained matrix's change cut to this many singular directions.
+    # On the held-out pairs rank 16 kept the full fine-tune's should-hit within noise (50.1% against
+    # 52.5% at 1% traps; rank 64: 50.0%) in 1.4 MB.
+    adapter_rank: int = 16
 
     def as_manifest(self) -> dict[str, int | float | str]:
         return {f"verifier_{key}": value for key, value in asdict(self).items()}
@@ -72,9 +80,10 @@ def load_classifier(model_dir: Path, seed: int) -> PairClassifier:
 
 
 def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[int],
-          hyper: VerifierHyperparameters) -> float:
+          hyper: VerifierHyperparameters, on_step: Callable[[int, int], None] | None = None) -> float:
     """Fine-tune in place; returns the last epoch's mean loss. Batches are made of pairs of
-    similar length (less padding, a third less time on short questions)."""
+    similar length (less padding, a third less time on short questions). `on_step(done, total)`
+    is called after each optimiser step."""
     if hyper.both_orders:
         pairs, labels = [*pairs, *((b, a) for a, b in pairs)], [*labels, *labels]
     model.train()
@@ -92,6 +101,7 @@ def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str
     rng = random.Random(hyper.seed)
     target = torch.tensor(list(labels), dtype=torch.long)
     loss_sum = 0.0
+    done = 0
     for _ in range(hyper.epochs):
         rng.shuffle(batches)
         loss_sum = 0.0
@@ -103,8 +113,75 @@ def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str
             schedule.step()
             optimiser.zero_grad()
             loss_sum += float(loss.detach())
+            done += 1
+            if on_step is not None:
+                on_step(done, total)
     model.eval()
     return loss_sum / max(1, len(batches))
+
+
+# Suffixes of the adapter's tensor names (safetensors keys): a low-rank change (`up @ down`), a
+# whole change (small tensors: biases, LayerNorm, token types) and a new tensor (the head).
+_UP, _DOWN, _DELTA = ".up", ".down", ".delta"
+
+
+def adapter_from(model: PairClassifier, model_dir: Path, rank: int) -> Tensors:
+    """What fine-tuning changed in `model`, small: for each matrix with both sides longer than
+    `rank`, its change from the packaged MiniLM cut to its top `rank` singular directions (float16
+    factors); the other changes whole (float32); the head as it is. The word embeddings were frozen
+    and are left out."""
+    base = PairClassifier(AutoModel.from_pretrained(str(model_dir), local_files_only=True)).state_dict()
+    tensors: Tensors = {}
+    for name, value in model.state_dict().items():
+        trained = value.detach().to(torch.float64)
+        if name.startswith("head."):
+            tensors[name] = trained.to(torch.float32).numpy()
+            continue
+        if not value.is_floating_point() or torch.equal(value, base[name]):
+            continue
+        delta = trained - base[name].to(torch.float64)
+        if delta.ndim == 2 and min(delta.shape) > rank:
+            u, s, vh = torch.linalg.svd(delta, full_matrices=False)
+            root = s[:rank].sqrt()
+            tensors[name + _UP] = (u[:, :rank] * root).to(torch.float16).numpy()
+            tensors[name + _DOWN] = (root[:, None] * vh[:rank]).to(torch.float16).numpy()
+        else:
+            tensors[name + _DELTA] = delta.to(torch.float32).numpy()
+    return tensors
+
+
+def apply_adapter(model_dir: Path, tensors: Tensors) -> PairClassifier:
+    """The packaged MiniLM with the adapter added: the same float32 weights on every machine. The sum
+    runs in float64, one rank-one term at a time in a fixed order: elementwise numpy arithmetic
+    rounds alike everywhere, where a float32 GEMM's rounding depends on the CPU's kernels."""
+    model = PairClassifier(AutoModel.from_pretrained(str(model_dir), local_files_only=True))
+    state = model.state_dict()
+    changed: dict[str, torch.Tensor] = {}
+    for key in sorted(tensors):
+        if key.endswith(_DOWN):
+            continue
+        name = key.removesuffix(_UP).removesuffix(_DELTA)
+        if name not in state:
+            raise ValueError(f"adapter tensor {key!r} does not fit the packaged MiniLM: it has no {name!r}")
+        if key.endswith(_UP):
+            up, down = (tensors[name + suffix].astype(np.float64) for suffix in (_UP, _DOWN))
+            weight = state[name].numpy().astype(np.float64)
+            for k in range(up.shape[1]):
+                weight = weight + up[:, k, None] * down[None, k, :]
+        elif key.endswith(_DELTA):
+            weight = state[name].numpy().astype(np.float64) + tensors[key].astype(np.float64)
+        else:
+            weight = tensors[key].astype(np.float64)
+        if state[name].shape != weight.shape:
+            raise ValueError(f"adapter tensor {key!r} does not fit the packaged MiniLM: {name} is "
+                             f"{tuple(state[name].shape)}, the adapter gives {weight.shape}")
+        changed[name] = torch.from_numpy(weight.astype(np.float32))
+    missing = {name for name in state if name.startswith("head.")} - changed.keys()
+    if missing:
+        raise ValueError(f"the adapter has no {sorted(missing)}: it is not a cache-verifier adapter")
+    model.load_state_dict({**state, **changed})
+    model.eval()
+    return model
 
 
 def _length_batches(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], size: int) -> list[list[int]]:
@@ -146,7 +223,8 @@ def recipe(encoder_id: str) -> dict[str, str]:
         "graph": f"cross-encoder: the packaged all-MiniLM-L6-v2 (as in {encoder_id}) over '[CLS] a [SEP] b [SEP]', "
                  "mean-pooled -> Linear(384, 2) -> Softmax (different, same)",
         "training": "fine-tuned on written and project pairs, each both ways round (AdamW, linear warm-up and decay, "
-                    "word embeddings frozen)",
+                    "word embeddings frozen) by scripts/train-models; shipped as a low-rank adapter "
+                    "(models/build/data/trained/cache-verifier) and added to the packaged weights in float64",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
