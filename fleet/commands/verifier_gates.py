@@ -7,7 +7,7 @@ meets its target *with a margin*: traps are counted at the loosest operating poi
 noise could make on another machine (recall threshold lowered by the cosine noise, verifier
 threshold by twice the logit noise: once for the pair's own score, once for the threshold, which
 another machine calibrates on scores that moved as much), should-hit pairs at the strictest. The
-same sets are the tests' (tests/unit/models/test_verifier_outsider.py), at the plain operating
+same sets are the tests' (tests/integration/models/test_verifier_pinned_sets.py), at the plain operating
 point of the local build, which the margin guarantees on any CPU.
 """
 

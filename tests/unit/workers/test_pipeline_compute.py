@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from workers.compute import stage
-from workers.compute.stage import ComputeStage, ModelActivity
+from workers import pipeline as stage
+from workers.pipeline import ComputeStage, ModelActivity
 
 
 @dataclass

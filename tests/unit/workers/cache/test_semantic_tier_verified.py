@@ -11,8 +11,8 @@ import numpy.typing as npt
 import pytest
 
 from workers.cache.semantic import Candidate, SemanticCache, SemanticHit
-from workers.cache.semantic_cost import LookupCost
-from workers.cache.verified import candidate_pairs, choose
+from workers.cache.semantic_tier import LookupCost
+from workers.cache.semantic_tier import candidate_pairs, choose
 
 DIM = 16
 

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from workers.delivery.turns import Turns
-from workers.ordered import flatten, in_order
+from workers.pipeline import flatten, in_order
 
 
 async def run_stage(items: list[int], depth: int, delays: dict[int, float]) -> tuple[list[int | None], int]:

@@ -8,7 +8,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from workers.compute.compute import Computed
-from workers.delivery.settle import Delivered, Settler
+from workers.pipeline import Delivered, Settler
 
 TOPIC = "fleet.requests.m"
 
