@@ -10,25 +10,12 @@ above the recall threshold that pass the guards, and the verifier (workers/cache
 the same worker thread and in one run over the group's candidate pairs, decides which (if any) is
 served: per text, its best-scored candidate at or above the verifier's threshold (`choose`).
 
-Whether lookups pay (`LookupCost`): Whether semantic lookups pay for themselves on this model.
-
-A lookup costs an encoder pass over every row the exact cache missed, plus, where a verifier
-decides, its run over each candidate the index proposes (`verifier ms per candidate x
-candidates per row`); a hit saves one model row (what one more row adds to a model run).
-Lookups pay while `hit rate x model ms per row` exceeds that cost per row. The tier
-measures all three. Until `warmup_rows` rows were looked up the hit rate is taken to be at
-least `cold_hit_rate` (40%): a cold cache finds little while it fills (on the bench's support
-traffic the hit rate of the lookups climbs for the first couple of thousand rows, to about
-45%), and a cache switched off before it is warm stays cold, since only probes add to it,
-so the probes would never find the hits that pay. A model whose lookups would not pay even
-at that rate (faq-intent, the encoder plus a small head, about 3x the INT8 encoder per row)
-stops lookups after its first batch; a model several times dearer is looked up (and its
-cache filled) for `warmup_rows` rows, at most, before the measured hit rate decides. The hit
-rate weighs batches by their rows (a one-row batch is one row, not a batch's worth of
-evidence). While lookups do not pay, one batch in `probe_every` is still looked up to keep
-the figures (and the cache) fresh. Until the first verdict (a lookup and a model run both timed)
-only the first batch is looked up: a worker prepares several batches before its first model run
-is timed, and looking them all up cost faq-intent 9% of its throughput in the bench.
+Whether lookups pay (`LookupCost`): a lookup costs an encoder pass per row the exact cache missed
+plus the verifier's run over each candidate; a hit saves one model row. Lookups run while
+`hit rate x model ms per row` exceeds that cost, with a cold cache credited `cold_hit_rate` for
+its first `warmup_rows` rows (a cache switched off cold would stay cold), and one batch in
+`probe_every` looked up regardless. The reasoning and the figures behind each choice are in
+docs/concepts/semantic-cache.md ("It pays or it stays off").
 """
 
 import asyncio
@@ -58,8 +45,6 @@ from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, VersionGroup, drop_rows, timings_of
 
 log = logging.getLogger(__name__)
-
-
 
 # --- whether lookups pay ---
 @dataclass
