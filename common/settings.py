@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.lanes import DEFAULT_LANES, Lanes, parsed_lanes
+
 ENV_PREFIX = "FLEET_"
 
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -79,6 +81,12 @@ class FleetSettings(BaseSettings):
     shutdown_grace_s: float = Field(10.0, gt=0, description="After SIGTERM the process ends within this")
     results_topic_pattern: str = Field(r"fleet\.results.*", description="Regex a results topic must match in full: "
                                        "the gateway answers 422 and the worker dead-letters a request naming another")
+    lanes: str = Field(DEFAULT_LANES, description="Priority lanes of every model, from the highest down, as "
+                       "name=lowest_priority (schemas/lanes.py); each lane is its own request topic. The same on "
+                       "the gateway, clients and workers")
+    lanes_enabled: bool = Field(True, description="Route requests to their priority's lane and let workers drain "
+                                "higher lanes first; off, requests go to the first lane's topic and workers read "
+                                "every lane alike (records already on a lane topic are still served)")
 
     @field_validator("results_topic_pattern")
     @classmethod
@@ -88,6 +96,15 @@ class FleetSettings(BaseSettings):
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from exc
         return pattern
+
+    @field_validator("lanes")
+    @classmethod
+    def _lanes_parse(cls, lanes: str) -> str:
+        return str(Lanes.parse(lanes))  # LaneError is a ValueError: pydantic reports it as the setting's error
+
+    @property
+    def lane_plan(self) -> Lanes:
+        return parsed_lanes(self.lanes)
 
     @model_validator(mode="after")
     def _kafka_transport_is_whole(self) -> "FleetSettings":

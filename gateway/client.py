@@ -185,9 +185,13 @@ class FleetClient:
                        submitted_ms=submitted, debug=options.debug, tenant=options.tenant,
                        embedding_encoding=options.embedding_encoding)
 
-    async def topic_for(self, model: str) -> str:
-        """The primary topic, or the CPU fallback topic while no healthy primary is left."""
-        topic = (await self.router.route(model)).topic
+    async def topic_for(self, model: str, priority: int = 0) -> str:
+        """The topic of the lane `priority` picks (schemas/lanes.py), or that lane's CPU fallback topic
+        while no healthy primary is left. With lanes off, every priority goes to the first lane."""
+        lanes = self.settings.lane_plan
+        lane = lanes.for_priority(priority) if self.settings.lanes_enabled else lanes.top
+        route = await self.router.route(model)
+        topic = lanes.topic(model, lane, fallback=route.degraded)
         if topic not in self._known_topics:
             await asyncio.shield(self._creation_of(topic))
             self._known_topics.add(topic)
@@ -211,7 +215,7 @@ class FleetClient:
         loop = self._loop or asyncio.get_running_loop()
         try:
             async with Deadline(loop, loop.time() + left_s):
-                topic = await self.topic_for(request.model)
+                topic = await self.topic_for(request.model, request.priority)
                 await self.producer.send_and_wait(topic, request.encode(), key=request.id.encode())
         except TimeoutError:
             if left_s < SHORT_DEADLINE_S:
@@ -297,8 +301,8 @@ class FleetClient:
     async def _publish_many(self, requests: list[Request]) -> None:
         if not requests:
             return
-        topic = await self.topic_for(requests[0].model)
-        futures = [await self.producer.send(topic, r.encode(), key=r.id.encode()) for r in requests]
+        topics = {r.priority: await self.topic_for(r.model, r.priority) for r in requests}
+        futures = [await self.producer.send(topics[r.priority], r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
 
 

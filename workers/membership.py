@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Self
 
@@ -29,12 +29,12 @@ METADATA_MAX_AGE_MS = 30_000
 LEAVE_TIMEOUT_S = 20.0
 
 
-def group_consumer(settings: FleetSettings, topic: str, *, group: str, client_id: str, max_poll_records: int,
+def group_consumer(settings: FleetSettings, topics: Sequence[str], *, group: str, client_id: str, max_poll_records: int,
                    session_timeout_ms: int, auto_offset_reset: str = "earliest",
                    group_instance_id: str | None = None, fetch_max_wait_ms: int = 500) -> AIOKafkaConsumer:
     """A consumer-group member that commits by hand, after delivery."""
     return new_consumer(
-        settings, topic, group_id=group, client_id=client_id, enable_auto_commit=False,
+        settings, *topics, group_id=group, client_id=client_id, enable_auto_commit=False,
         auto_offset_reset=auto_offset_reset, max_poll_records=max_poll_records, fetch_max_wait_ms=fetch_max_wait_ms,
         metadata_max_age_ms=METADATA_MAX_AGE_MS, session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=max(session_timeout_ms // 3, 100), group_instance_id=group_instance_id)

@@ -34,11 +34,12 @@ from aiokafka import AIOKafkaConsumer
 
 from common.process import return_memory
 from models.backends.base import Backend
-from schemas.names import fallback_topic
+from schemas.lanes import Lanes
 from schemas.wire import Status, now_ms
 from versions.stats import VersionStatsRecorder
 from workers.assembly import WorkerParts
 from workers.batching.collector import BatchCollector, FetchedBatch
+from workers.batching.lanes import LaneGate
 from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed, compute, failed
 from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_batch, unreadable
@@ -244,7 +245,8 @@ class Pipeline:
     committed for them. `run()` returns when the worker leaves (True: burst mode drained the backlog)."""
 
     def __init__(self, settings: WorkerSettings, parts: WorkerParts, *, worker_id: str,
-                 consumer: Callable[[], AIOKafkaConsumer], collector: BatchCollector, activity: ModelActivity,
+                 consumer: Callable[[], AIOKafkaConsumer], collector: BatchCollector, lanes: LaneGate,
+                 activity: ModelActivity,
                  threads: Executor, depth: int, metrics: WorkerMetrics, labels: Callable[[], dict[str, str]],
                  leaving: Callable[[], bool], collected: Callable[[], None],
                  settled: Callable[[Computed], None]) -> None:
@@ -255,6 +257,7 @@ class Pipeline:
         self._worker_id = worker_id
         self._consumer = consumer
         self._collector = collector
+        self._lanes = lanes
         self._activity = activity
         self._threads = threads
         self._depth = depth
@@ -299,9 +302,11 @@ class Pipeline:
         consumer = self._consumer()
         drained = False
         while not self._leaving():
-            batch = await self._collector.next_batch()
+            choice = await self._lanes.choose(await self._collector.waiting())
+            batch = await self._collector.next_batch(choice.max_records)
             self._collected()
             if batch.records:
+                self._lanes.collected(choice)
                 self._activity.handed()
                 await hand_on(consumer, out, batch)
             elif burst and await backlog_drained(consumer):
@@ -343,6 +348,7 @@ class Pipeline:
     def _computed(self, computed: Computed) -> None:
         run = computed.run
         self._parts.sizing.after_batch(len(computed.records), computed.computed, run)
+        self._lanes.observe_run(computed.computed, computed.inference_ms)
         if run is not None:
             self._parts.supervisor.health.record_batch(run.device_error, run.largest_oom)
 
@@ -375,9 +381,13 @@ class Pipeline:
             await sink.deliver(outcomes, [])
             batch.outcomes += outcomes
             return
-        originals = [(item.record.key, item.record.value or b"") for item in batch.unanswered]
-        await sink.forward(fallback_topic(self._settings.model), originals)
-        self._metrics.forwarded.labels(**self._labels()).inc(len(originals))
+        by_topic: dict[str, list[tuple[bytes | None, bytes]]] = {}
+        for item in batch.unanswered:  # each to its own lane's fallback topic
+            by_topic.setdefault(Lanes.fallback_of(item.record.topic), []).append(
+                (item.record.key, item.record.value or b""))
+        for topic, originals in by_topic.items():
+            await sink.forward(topic, originals)
+            self._metrics.forwarded.labels(**self._labels()).inc(len(originals))
 
     def who_for(self, backend: Backend) -> Provenance:
         """Who computes with `backend`: stamped on its results (fallback workers answer `degraded`)."""

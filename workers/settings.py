@@ -31,6 +31,13 @@ class WorkerSettings(ModelMemberSettings):
     batch_policy: BatchPolicyName = Field(BatchPolicyName.adaptive, description="adaptive: size batches by the "
                                           "visible backlog, never wait for records that are not there; fixed: "
                                           "wait up to max_queue_delay_ms for a full batch")
+    bulk_min_share: float = Field(0.1, ge=0, le=0.5, description="Share of batches a lower lane gets while a "
+                                  "higher lane has records waiting (0.1: at least 1 batch in 10), so a bulk backlog "
+                                  "is never starved by interactive traffic; 0 serves lower lanes only when the "
+                                  "higher ones are empty")
+    bulk_batch_ms: float = Field(250.0, gt=0, description="Longest a lower lane's batch may hold the model, from "
+                                 "its measured time per row: what an interactive request arriving behind a bulk "
+                                 "batch waits for the model at most")
     preferred_batch_sizes: list[int] = Field(default_factory=list, description="Cut batches to these sizes when "
                                              "more is in hand, e.g. [8, 16, 32]")
     max_input_chars: int | None = Field(None, ge=16, description="Texts are cut to this many characters before "

@@ -28,9 +28,10 @@ from models.backends.base import Backend
 from models.backends.errors import DeviceUnavailable
 from models.loading import ModelLoader
 from models.tasks import task_of
-from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group, fallback_topic, requests_topic
+from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, TRACE_TOPIC, consumer_group
 from workers.assembly import WorkerIdentity, WorkerParts, assemble, serving_set
 from workers.batching.collector import BatchCollector
+from workers.batching.lanes import LaneChoice, LaneGate
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed
@@ -64,7 +65,10 @@ class Worker(KafkaMember):
         self.settings = settings
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         on_fallback_topic = settings.role is Role.fallback and not takeover
-        self.topic = fallback_topic(settings.model) if on_fallback_topic else requests_topic(settings.model)
+        lanes = settings.lane_plan
+        self.topics = lanes.topics(settings.model, fallback=on_fallback_topic)  # one per lane, the highest first
+        # A primary forwards what its failed device could not compute to each lane's fallback topic.
+        self._forward_topics = [] if on_fallback_topic else lanes.topics(settings.model, fallback=True)
         self.group = consumer_group(settings.model, "primary" if takeover else settings.role.value)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.processed = 0
@@ -74,9 +78,10 @@ class Worker(KafkaMember):
         self._load_version = load_version
         self._parts: WorkerParts | None = None
         self._collector: BatchCollector | None = None
+        self._lanes: LaneGate
         self._redis = redis
         self._producer = producer
-        self._reported_partitions: set[TopicPartition] = set()
+        self._reported_partitions: dict[TopicPartition, str] = {}
         self._activity = ModelActivity()
         self._unavailable: str | None = None
 
@@ -98,7 +103,7 @@ class Worker(KafkaMember):
         models = serving_set(self.settings, self.faults.wrap(inner), load_version, loader, self.metrics)
         self._redis, self._producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=1,
-            topics=[self.topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
+            topics=[*self.topics, *self._forward_topics, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC, TRACE_TOPIC])
         probe_input = task_of(inner.manifest).probe(inner.manifest)
         who = WorkerIdentity(self.worker_id, labels=lambda: self._labels,
                              backlog=lambda: sum(self._collector_backlog().values()))
@@ -113,7 +118,7 @@ class Worker(KafkaMember):
         self.supervisor.health.watch_batches(lambda: self._activity.busy_since, self.settings.health_batch_timeout_s)
         self._export_health(self.supervisor.health.state, self.supervisor.health.state, "start")
         await self._join()
-        log.info("worker %s serving %s version %s on %s", self.worker_id, self.topic, self.backend.manifest.id,
+        log.info("worker %s serving %s version %s on %s", self.worker_id, ", ".join(self.topics), self.backend.manifest.id,
                  self.backend.device)
 
     async def _start_unavailable(self, reason: str) -> None:
@@ -128,7 +133,7 @@ class Worker(KafkaMember):
     async def _join(self) -> None:
         """Become a member of the consumer group and start taking records."""
         self._consumer = await started_consumer(self.settings, "worker", lambda: group_consumer(
-            self.settings, self.topic, group=self.group, client_id=self.worker_id,
+            self.settings, self.topics, group=self.group, client_id=self.worker_id,
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
             session_timeout_ms=self.settings.session_timeout_ms,
             # Static membership: a restarted worker gets its partitions back without a rebalance.
@@ -136,6 +141,9 @@ class Worker(KafkaMember):
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
                                          model_has_room=self._activity.has_room,
                                          model_working=lambda: self._activity.pending > 0)
+        self._lanes = LaneGate(self._consumer, self.settings.lane_plan, self.settings.model,
+                               min_share=self.settings.bulk_min_share, lower_batch_ms=self.settings.bulk_batch_ms,
+                               enabled=self.settings.lanes_enabled, counted=self._count_lane)
 
     async def run(self, *, burst: bool = False) -> int:
         """Serve until asked to stop; with burst=True, return once the backlog is drained.
@@ -182,7 +190,7 @@ class Worker(KafkaMember):
         collector = self._collector
         assert collector is not None, "a session starts after joining"
         pipeline = Pipeline(self.settings, self.parts, worker_id=self.worker_id, consumer=self._require_consumer,
-                            collector=collector, activity=self._activity, threads=threads, depth=depth,
+                            collector=collector, lanes=self._lanes, activity=self._activity, threads=threads, depth=depth,
                             metrics=self.metrics, labels=lambda: self._labels, leaving=self._leaving,
                             collected=self._observe_backlog, settled=self._count)
         try:
@@ -211,13 +219,18 @@ class Worker(KafkaMember):
 
     def _observe_backlog(self) -> None:
         owned = self._collector_backlog()
-        self.metrics.observe_backlog(self.settings.model, self.settings.role.value, owned, self._reported_partitions)
-        self._reported_partitions = set(owned)
+        self._reported_partitions = self.metrics.observe_backlog(
+            self.settings.model, self.settings.role.value, owned, self._reported_partitions,
+            lambda topic: self._lanes.lane_of(topic).name)
 
     @property
     def _labels(self) -> dict[str, str]:
         return dict(model=self.settings.model, version=self.backend.manifest.id, role=self.settings.role.value,
                     device=self.backend.device)
+
+    def _count_lane(self, choice: LaneChoice) -> None:
+        self.metrics.lane_batches.labels(model=self.settings.model, role=self.settings.role.value,
+                                         lane=choice.lane.name, turn="share" if choice.share_turn else "first").inc()
 
     def _count(self, batch: Computed) -> None:
         self.processed += len(batch.records)

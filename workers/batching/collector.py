@@ -47,18 +47,22 @@ class BatchCollector:
         self._model_working = model_working
         self.last_backlog: dict[TopicPartition, int] = {}
 
-    async def backlog(self) -> int:
-        """Records on the assigned partitions not yet handed to us, as of the last fetch responses."""
+    async def waiting(self) -> dict[TopicPartition, int]:
+        """Per assigned partition, records not yet handed to us, as of the last fetch responses."""
         waiting: dict[TopicPartition, int] = {}
         for tp in self._consumer.assignment():
             highwater = self._consumer.highwater(tp)
             if highwater is not None:
                 waiting[tp] = max(highwater - await self._consumer.position(tp), 0)
         self.last_backlog = waiting
-        return sum(waiting.values())
+        return waiting
 
-    async def next_batch(self) -> FetchedBatch:
-        """A batch the policy approves of; empty when nothing arrived within an idle poll."""
+    async def backlog(self) -> int:
+        return sum((await self.waiting()).values())
+
+    async def next_batch(self, limit: int | None = None) -> FetchedBatch:
+        """A batch the policy approves of, of at most `limit` records when given (a lower lane's
+        batch, workers/batching/lanes.py); empty when nothing arrived within an idle poll."""
         fetched_batch = FetchedBatch()
         batch = fetched_batch.records
         while True:
@@ -68,7 +72,7 @@ class BatchCollector:
                              model_busy=self._model_has_room is not None and not self._model_has_room.is_set(),
                              model_working=self._model_working())
             decision = self._policy.decide(view)
-            if decision.dispatch or (batch and self._stopping()):
+            if decision.dispatch or (batch and self._stopping()) or (limit is not None and len(batch) >= limit):
                 return fetched_batch
             wait_ms = max(int(decision.wait_ms), 1)
             if decision.until_model_has_room and self._model_has_room is not None:
@@ -79,7 +83,8 @@ class BatchCollector:
                         await self._model_has_room.wait()
                 wait_ms = 0
             # Read after the wait: an out-of-memory back-off may have cut the cap below what is in hand.
-            room = self._policy.max_batch_size - len(batch)
+            cap = self._policy.max_batch_size if limit is None else min(limit, self._policy.max_batch_size)
+            room = cap - len(batch)
             if room <= 0:
                 return fetched_batch
             fetched = await self._consumer.getmany(timeout_ms=wait_ms, max_records=room)

@@ -59,7 +59,8 @@ async def commit_records(consumer: AIOKafkaConsumer, records: list[ConsumerRecor
 async def hand_on(consumer: AIOKafkaConsumer, queue: "asyncio.Queue[T]", item: T, *, patience_s: float = 1.0) -> None:
     """Put `item` on the next stage's queue. While the stages behind it are held up (delivery
     waiting out an outage), pause every partition and keep polling: the consumer stays in its
-    group (max.poll.interval.ms) without fetching records it could not hold."""
+    group (max.poll.interval.ms) without fetching records it could not hold. Partitions paused
+    before (a lower lane, workers/batching/lanes.py) are left as they were."""
     paused: set[TopicPartition] = set()
     try:
         while True:
@@ -70,7 +71,7 @@ async def hand_on(consumer: AIOKafkaConsumer, queue: "asyncio.Queue[T]", item: T
                     await queue.put(item)
                 return
             except TimeoutError:
-                newly = consumer.assignment() - paused
+                newly = consumer.assignment() - consumer.paused()
                 if newly:
                     consumer.pause(*newly)
                     paused |= newly

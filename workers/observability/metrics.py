@@ -6,7 +6,7 @@ test checks that every name they use is defined here (or in gateway/app.py).
 """
 
 from collections import Counter as Tally
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,7 +62,11 @@ class WorkerMetrics:
         self.expired = Counter(f"{PREFIX}_expired", "Requests past their deadline, answered without compute", labels,
                                registry=reg)
         self.backlog = Gauge(f"{PREFIX}_backlog_records", "Records waiting on an assigned partition "
-                             "(highwater - position)", ["model", "role", "partition"], registry=reg)
+                             "(highwater - position), per priority lane (schemas/lanes.py)",
+                             ["model", "role", "lane", "partition"], registry=reg)
+        self.lane_batches = Counter(f"{PREFIX}_lane_batches", "Batches collected per priority lane; turn=share: "
+                                    "a lower lane's guaranteed turn while a higher lane had records waiting",
+                                    ["model", "role", "lane", "turn"], registry=reg)
         self.healthy = Gauge(f"{PREFIX}_worker_healthy", "1 while this worker serves its model, 0 when it stops",
                              ["model", "role", "device", "worker"], registry=reg)
         self.model_load = Gauge(f"{PREFIX}_model_load_seconds", "Time to verify, load and warm up a model version",
@@ -100,12 +104,17 @@ class WorkerMetrics:
                                precision=manifest.precision).set(1)
 
     def observe_backlog(self, model: str, role: str, owned: Mapping[TopicPartition, int],
-                        reported_before: Set[TopicPartition]) -> None:
+                        reported_before: Mapping[TopicPartition, str], lane_of: Callable[[str], str]) -> dict[TopicPartition, str]:
+        """Set each owned partition's backlog; returns the lane of each reported partition (pass it
+        back next time)."""
+        reported = {tp: lane_of(tp.topic) for tp in owned}
         for tp, waiting in owned.items():
-            self.backlog.labels(model=model, role=role, partition=str(tp.partition)).set(waiting)
+            self.backlog.labels(model=model, role=role, lane=reported[tp], partition=str(tp.partition)).set(waiting)
         # A partition that moved to another worker is theirs to report; a stale value here would double count.
-        for tp in reported_before - owned.keys():
-            self.backlog.remove(model, role, str(tp.partition))
+        for tp, lane in reported_before.items():
+            if tp not in owned:
+                self.backlog.remove(model, role, lane, str(tp.partition))
+        return reported
 
     def observe_batch(self, labels: dict[str, str], batch: "Computed") -> None:
         """Everything one delivered micro-batch says about latency, sizes and outcomes."""

@@ -6,7 +6,7 @@ from aiokafka import AIOKafkaProducer
 from common.redis_cluster import AnyRedis
 from common.credentials import verify_credentials
 from common.startup import open_clients
-from schemas.names import comparisons_topic, requests_topic
+from schemas.names import comparisons_topic
 from workers.membership import KafkaMember
 from workers.shadow.engine import BackendCache, BackendLoader, ShadowEngine, ShadowMetrics
 from workers.shadow.settings import ShadowSettings
@@ -18,7 +18,8 @@ class ShadowMember(KafkaMember):
                  metrics: ShadowMetrics | None = None) -> None:
         super().__init__()
         self.settings = settings
-        self.topic = requests_topic(settings.model)
+        self.topics = settings.lane_plan.topics(settings.model)  # the live shadow reads every lane
+        self.topic = self.topics[0]  # a replay's offsets are one topic's: the first lane's
         self.metrics = metrics if metrics is not None else ShadowMetrics()
         self.backends = BackendCache(settings, backends)
         self._redis = redis
@@ -36,6 +37,6 @@ class ShadowMember(KafkaMember):
         await verify_credentials(self.settings)
         redis, producer = await open_clients(
             self.settings, self._exit, self._redis, self._producer, partitions=self.settings.partitions, linger_ms=5,
-            topics=[requests_topic(self.settings.model), comparisons_topic(self.settings.model)], what="shadow")
+            topics=[*self.topics, comparisons_topic(self.settings.model)], what="shadow")
         self._engine = ShadowEngine(self.settings, redis, producer, self.backends, self.metrics)
         return self._engine

@@ -64,10 +64,10 @@ class ShadowWorker(ShadowMember):
             except Exception:
                 log.exception("shadow could not load candidate %s", self._engine.candidate)
         self._consumer = await started_consumer(self.settings, "shadow", lambda: group_consumer(
-            self.settings, self.topic, group=self.group, client_id=self.worker_id,
+            self.settings, self.topics, group=self.group, client_id=self.worker_id,
             max_poll_records=self.settings.max_batch_size, session_timeout_ms=self.settings.session_timeout_ms,
             auto_offset_reset=self.settings.shadow_start))
-        log.info("shadow %s on %s (group %s): candidate %s vs stable %s", self.worker_id, self.topic, self.group,
+        log.info("shadow %s on %s (group %s): candidate %s vs stable %s", self.worker_id, ", ".join(self.topics), self.group,
                  self._engine.candidate or "none yet", self._engine.stable)
 
     async def run(self, burst: bool = False) -> int:

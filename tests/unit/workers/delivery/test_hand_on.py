@@ -21,6 +21,9 @@ class IdleConsumer:
     def assignment(self) -> set[Any]:
         return set()
 
+    def paused(self) -> set[Any]:
+        return set()
+
     def pause(self, *partitions: Any) -> None: ...
 
     def resume(self, *partitions: Any) -> None: ...
@@ -51,3 +54,36 @@ async def test_a_full_queue_is_waited_on_with_the_partitions_polled() -> None:
     queue.get_nowait()
     await asyncio.wait_for(handing, 1)
     assert queue.get_nowait() == "this batch"
+
+
+class LanePausedConsumer(IdleConsumer):
+    """Owns two partitions; the lane gate paused the bulk one before the stages behind were held up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owned = {"interactive-0", "bulk-0"}
+        self.paused_now = {"bulk-0"}
+
+    def assignment(self) -> set[Any]:
+        return set(self.owned)
+
+    def paused(self) -> set[Any]:
+        return set(self.paused_now)
+
+    def pause(self, *partitions: Any) -> None:
+        self.paused_now |= set(partitions)
+
+    def resume(self, *partitions: Any) -> None:
+        self.paused_now -= set(partitions)
+
+
+async def test_partitions_a_lane_paused_stay_paused_after_the_hold_up() -> None:
+    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=1)
+    queue.put_nowait("the batch before")
+    consumer = LanePausedConsumer()
+    handing = asyncio.create_task(hand_on(consumer, queue, "this batch", patience_s=0.02))  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)
+    assert consumer.paused_now == {"interactive-0", "bulk-0"}  # held up: nothing is fetched
+    queue.get_nowait()
+    await asyncio.wait_for(handing, 1)
+    assert consumer.paused_now == {"bulk-0"}  # the lane's pause is the gate's to lift, not hand_on's
