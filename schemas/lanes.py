@@ -114,3 +114,16 @@ class Lanes:
 def parsed_lanes(text: str) -> Lanes:
     """`Lanes.parse`, once per configuration: the gateway asks for every request it routes."""
     return Lanes.parse(text)
+
+
+def model_of_topic(topic: str, lanes: Lanes) -> str | None:
+    """The model a request topic belongs to, any lane, primary or fallback; None for another topic.
+    `fleet.requests.a.bulk` is model `a`'s bulk lane where `bulk` is a lane, else model `a.bulk`."""
+    prefix = requests_topic("")
+    if not topic.startswith(prefix):
+        return None
+    rest = topic[len(prefix):].removesuffix(FALLBACK_SUFFIX)
+    for lane in lanes.lanes[1:]:
+        if rest.endswith(f".{lane.name}") and len(rest) > len(lane.name) + 1:
+            return rest[: -len(lane.name) - 1]
+    return rest or None

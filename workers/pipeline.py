@@ -303,7 +303,7 @@ class Pipeline:
         drained = False
         while not self._leaving():
             choice = await self._lanes.choose(await self._collector.waiting())
-            batch = await self._collector.next_batch(choice.max_records)
+            batch = await self._collector.next_batch(choice.max_records, choice.higher)
             self._collected()
             if batch.records:
                 self._lanes.collected(choice)

@@ -230,7 +230,7 @@ async def exact_scenario(bench: Bench) -> dict[str, Any]:
         serving = asyncio.create_task(worker.run())
         try:
             await asyncio.wait_for(ready.wait(), 30)
-            hits, bare = await round_trips(bench, waiter, [worker.topic, BARE_TOPIC], inputs, sizes.round_trips)
+            hits, bare = await round_trips(bench, waiter, [worker.topics[0], BARE_TOPIC], inputs, sizes.round_trips)
         finally:
             worker.request_stop()
             echo.cancel()

@@ -113,10 +113,11 @@ PATHS = {"fast path": "true", "FastAPI": "false"}
 
 
 class Gateway:
-    def __init__(self, processes: int, path: str, port: int, log_file: Path) -> None:
-        env = {**os.environ, "FLEET_PORT": str(port), "FLEET_MODELS": f'["{BENCH_MODEL}"]',
+    def __init__(self, processes: int, path: str, port: int, log_file: Path, *, model: str = BENCH_MODEL,
+                 env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "FLEET_PORT": str(port), "FLEET_MODELS": f'["{model}"]',
                "FLEET_TENANT_RPS": "1000000", "FLEET_TENANT_BURST": "1000000", "FLEET_TENANT_MAX_WAITS": "100000",
-               "FLEET_MAX_IN_FLIGHT": "10000", "FLEET_FAST_ROUTES": PATHS[path]}
+               "FLEET_MAX_IN_FLIGHT": "10000", "FLEET_FAST_ROUTES": PATHS[path], **(env or {})}
         self.log_file = log_file
         self._log = log_file.open("wb")
         self.popen = subprocess.Popen([sys.executable, "-m", "gateway.main", "--workers", str(processes)], env=env,

@@ -7,7 +7,7 @@ locally from fetch responses: no broker round trip per batch.
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -60,9 +60,14 @@ class BatchCollector:
     async def backlog(self) -> int:
         return sum((await self.waiting()).values())
 
-    async def next_batch(self, limit: int | None = None) -> FetchedBatch:
-        """A batch the policy approves of, of at most `limit` records when given (a lower lane's
-        batch, workers/batching/lanes.py); empty when nothing arrived within an idle poll."""
+    async def next_batch(self, limit: int | None = None, top_up: Collection[TopicPartition] = ()) -> FetchedBatch:
+        """A batch the policy approves of; empty when nothing arrived within an idle poll.
+
+        `limit` caps a lower lane's batch (workers/batching/lanes.py). Such a batch, once full, waits
+        for room in the model before it goes, so that no more lower-lane work queues ahead of the model
+        than it runs at once; as it goes it takes, without waiting, what arrived meanwhile on the
+        higher lanes' partitions (`top_up`), up to the policy's cap: an interactive record that lands
+        behind a full bulk batch rides with it instead of waiting for it."""
         fetched_batch = FetchedBatch()
         batch = fetched_batch.records
         while True:
@@ -72,15 +77,15 @@ class BatchCollector:
                              model_busy=self._model_has_room is not None and not self._model_has_room.is_set(),
                              model_working=self._model_working())
             decision = self._policy.decide(view)
-            if decision.dispatch or (batch and self._stopping()) or (limit is not None and len(batch) >= limit):
+            if limit is not None and len(batch) >= limit:
+                return await self._topped_up(fetched_batch, top_up)
+            if decision.dispatch or (batch and self._stopping()):
                 return fetched_batch
             wait_ms = max(int(decision.wait_ms), 1)
-            if decision.until_model_has_room and self._model_has_room is not None:
+            if decision.until_model_has_room:
                 # Sleep instead of polling: the consumer keeps prefetching in the background, and
                 # one non-blocking getmany takes what arrived once the model has room.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(MAX_BUSY_WAIT_S):  # not wait_for: see workers/delivery/offsets.py
-                        await self._model_has_room.wait()
+                await self._until_model_has_room()
                 wait_ms = 0
             # Read after the wait: an out-of-memory back-off may have cut the cap below what is in hand.
             cap = self._policy.max_batch_size if limit is None else min(limit, self._policy.max_batch_size)
@@ -92,3 +97,20 @@ class BatchCollector:
             if not records and not batch:
                 return fetched_batch
             fetched_batch.add(records, time.time() * 1000)
+
+    async def _until_model_has_room(self) -> None:
+        if self._model_has_room is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(MAX_BUSY_WAIT_S):  # not wait_for: see workers/delivery/offsets.py
+                await self._model_has_room.wait()
+
+    async def _topped_up(self, fetched_batch: FetchedBatch, top_up: Collection[TopicPartition]) -> FetchedBatch:
+        while not self._stopping() and self._model_has_room is not None and not self._model_has_room.is_set():
+            await self._until_model_has_room()
+        room = self._policy.max_batch_size - len(fetched_batch.records)
+        fetchable = [tp for tp in top_up if tp in self._consumer.assignment()]
+        if room > 0 and fetchable:
+            fetched = await self._consumer.getmany(*fetchable, timeout_ms=0, max_records=room)
+            fetched_batch.add([record for part in fetched.values() for record in part], time.time() * 1000)
+        return fetched_batch

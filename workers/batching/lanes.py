@@ -13,8 +13,11 @@ before each batch which lanes' partitions it fetches from, with aiokafka's `paus
   gets at least `min_share` of the batches (default 1 in 10, FLEET_BULK_MIN_SHARE).
 
 A lower lane's batch also holds the model for at most `lower_batch_ms` (FLEET_BULK_BATCH_MS): its
-size is capped from the model's measured time per row, so a bulk batch of a slow model cannot make
-an interactive request that arrives behind it wait longer than that.
+size is capped from the model's measured time per row. Once full it waits for room in the model
+before it goes (workers/batching/collector.py), so no more bulk work queues ahead of the model than
+it runs at once, and it takes along what arrived on the higher lanes meanwhile: an interactive
+request produced behind a bulk backlog waits for about one bulk batch, not for the backlog or for
+the batches the pipeline's stages would otherwise hold.
 
 What is waiting comes from the highwater marks of the fetch responses. While records of one
 partition sit unconsumed in aiokafka's buffer, it fetches from that broker again only after its
@@ -28,7 +31,7 @@ stops fetching; records already fetched for it are dropped by aiokafka and fetch
 """
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -47,6 +50,7 @@ class LaneChoice:
     lane: Lane
     max_records: int | None  # None: the batch policy's own cap
     share_turn: bool = False  # a lower lane's guaranteed turn while a higher lane had records waiting
+    higher: frozenset[TopicPartition] = frozenset()  # owned partitions of the lanes above, fetchable
 
 
 @dataclass
@@ -109,9 +113,10 @@ class LaneGate:
         choice = self._decide(waiting_lanes)
         if choice.share_turn:
             self._fetch_only(owned, lambda lane: lane.rank == choice.lane.rank)
-        else:
-            self._fetch_only(owned, lambda lane: lane.rank <= choice.lane.rank)
-        return choice
+            return choice
+        self._fetch_only(owned, lambda lane: lane.rank <= choice.lane.rank)
+        higher = frozenset(tp for tp in owned if self.lane_of(tp.topic).rank < choice.lane.rank)
+        return replace(choice, higher=higher)
 
     def collected(self, choice: LaneChoice) -> None:
         """The batch `choice` was made for had records."""

@@ -136,8 +136,11 @@ def test_ratios_guard_against_no_traffic() -> None:
 
 def test_fleet_alerts() -> None:
     alerts = {rule["alert"]: rule for rule in _alerts() if rule["alert"] in FLEET_ALERTS}
-    lag = _compact(alerts["FleetConsumerLagGrowing"]["expr"])
-    assert "deriv(" in lag and "fleet_backlog_records" in lag and alerts["FleetConsumerLagGrowing"]["for"] == "5m"
+    interactive, lower = [rule for rule in _alerts() if rule["alert"] == "FleetConsumerLagGrowing"]
+    lag = _compact(interactive["expr"])
+    assert "deriv(" in lag and 'fleet_backlog_records{lane=~"interactive|"}' in lag and interactive["for"] == "30s"
+    stalled = _compact(lower["expr"])
+    assert "unless on (model, role, lane)" in stalled and "fleet_lane_batches_total" in stalled and lower["for"] == "15m"
     healthy = _compact(alerts["FleetNoHealthyPrimary"]["expr"])
     assert 'sum by (model) (fleet_worker_healthy{role="primary"}) == 0' in healthy
     assert alerts["FleetNoHealthyPrimary"]["labels"]["severity"] == "critical"

@@ -24,7 +24,7 @@ import yaml
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from schemas.names import consumer_group, requests_topic
+from schemas.names import consumer_group
 from tests.paths import REPO_ROOT
 from tests.unit.compose.fleet_env import settings_class, settings_from, unknown_fleet_names
 from tests.unit.compose.k8s_objects import (K8S, Container, containers, find, kustomization, manifests, of_kind,
@@ -102,12 +102,12 @@ def test_keda_scaledobject_matches_its_documented_spec() -> None:
 
 def test_keda_reads_the_lag_with_the_fleets_own_kafka_credentials() -> None:
     [scaled] = of_kind("ScaledObject")
-    [trigger] = scaled["spec"]["triggers"]
+    triggers = scaled["spec"]["triggers"]
     [auth] = of_kind("TriggerAuthentication")
     schema = json.loads(KEDA_AUTH_SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(auth)
-    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    assert {trigger["authenticationRef"]["name"] for trigger in triggers} == {auth["metadata"]["name"]}
     [secret] = of_kind("Secret")
     credentials = secret_data(secret)
     refs = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
@@ -116,8 +116,9 @@ def test_keda_reads_the_lag_with_the_fleets_own_kafka_credentials() -> None:
     assert all(ref["key"] in credentials for ref in refs.values())
     # KEDA speaks the protocol the fleet speaks: SCRAM-SHA-512 over TLS (secret.yaml).
     mechanism = credentials["FLEET_KAFKA_SASL_MECHANISM"].lower().replace("-", "_").replace("sha_", "sha")
-    assert trigger["metadata"]["sasl"] == mechanism
-    assert (trigger["metadata"]["tls"] == "enable") == credentials["FLEET_KAFKA_SECURITY_PROTOCOL"].endswith("SSL")
+    for trigger in triggers:
+        assert trigger["metadata"]["sasl"] == mechanism
+        assert (trigger["metadata"]["tls"] == "enable") == credentials["FLEET_KAFKA_SECURITY_PROTOCOL"].endswith("SSL")
 
 
 def test_keda_scales_the_primary_group_its_deployment_joins_within_the_partitions(
@@ -127,13 +128,16 @@ def test_keda_scales_the_primary_group_its_deployment_joins_within_the_partition
     assert worker.owner["kind"] == scaled["spec"]["scaleTargetRef"].get("kind", "Deployment")
     settings = settings_from(WorkerSettings, worker.env, monkeypatch)
     assert isinstance(settings, WorkerSettings) and settings.role.value == "primary"
-    [trigger] = scaled["spec"]["triggers"]
-    assert trigger["type"] == "kafka"
-    meta = trigger["metadata"]
-    assert meta["bootstrapServers"] == settings.kafka_bootstrap
-    assert meta["consumerGroup"] == consumer_group(settings.model, "primary")
-    assert meta["topic"] == requests_topic(settings.model)
-    assert meta["allowIdleConsumers"] == "false" and int(meta["lagThreshold"]) > 0
+    triggers = scaled["spec"]["triggers"]
+    # One trigger per lane the group reads, the interactive lane scaling at the smaller lag.
+    assert [t["metadata"]["topic"] for t in triggers] == settings.lane_plan.topics(settings.model)
+    for trigger in triggers:
+        meta = trigger["metadata"]
+        assert trigger["type"] == "kafka" and meta["bootstrapServers"] == settings.kafka_bootstrap
+        assert meta["consumerGroup"] == consumer_group(settings.model, "primary")
+        assert meta["allowIdleConsumers"] == "false" and int(meta["lagThreshold"]) > 0
+    thresholds = [int(t["metadata"]["lagThreshold"]) for t in triggers]
+    assert thresholds == sorted(thresholds) and thresholds[0] < thresholds[-1]
     assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"] <= settings.partitions
     assert "replicas" not in worker.owner["spec"], "KEDA owns the replica count"
 

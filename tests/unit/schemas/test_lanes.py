@@ -52,3 +52,12 @@ def test_an_unknown_lane_name_or_priority_says_what_there_is() -> None:
 def test_one_lane_is_the_fleet_before_lanes() -> None:
     lanes = Lanes.parse("all=0")
     assert lanes.topics("m") == ["fleet.requests.m"] and lanes.for_priority(9).name == "all"
+
+
+def test_the_model_of_a_lane_topic() -> None:
+    from schemas.lanes import model_of_topic
+
+    lanes = Lanes.parse(DEFAULT_LANES)
+    assert [model_of_topic(t, lanes) for t in [*lanes.topics("a.b"), *lanes.topics("a.b", fallback=True)]] == ["a.b"] * 4
+    assert model_of_topic("fleet.requests.bulk", lanes) == "bulk"  # a model named like a lane
+    assert model_of_topic("fleet.results", lanes) is None

@@ -68,3 +68,44 @@ def test_a_fetched_batch_keeps_its_size_and_oldest_record_as_records_arrive() ->
     batch.add([record(2, 400, b"de")], 20.0)
     assert batch.size_bytes == 5 and batch.oldest_ms == 300
     assert [r.offset for r in batch.records] == [0, 1, 2] and batch.fetched_ms == [10.0, 10.0, 20.0]
+
+
+class TwoLaneConsumer:
+    """Bulk records are plenty; interactive ones arrive while a full bulk batch waits for the model."""
+
+    def __init__(self) -> None:
+        self.interactive_waiting = 0
+        self.asked: list[tuple[tuple[TopicPartition, ...], int]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return {PARTITION, TOP}
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return None
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int, max_records: int) -> dict[TopicPartition, Any]:
+        self.asked.append((partitions, max_records))
+        if partitions == (TOP,):
+            count = min(self.interactive_waiting, max_records)
+            self.interactive_waiting -= count
+            return {TOP: [ConsumerRecord(TOP.topic, 0, n, int(time.time() * 1000), 0, None, b"i", None, 0, 1, [])
+                          for n in range(count)]} if count else {}
+        return {PARTITION: records(max_records)}
+
+
+TOP = TopicPartition("fleet.requests.m-top", 0)
+
+
+async def test_a_full_bulk_batch_waits_for_the_model_and_takes_the_interactive_records_that_came_meanwhile() -> None:
+    policy = BatchPolicy(32, 1000, BatchPolicyName.adaptive)
+    model_has_room = asyncio.Event()  # the model is busy with the batches before
+    consumer = TwoLaneConsumer()
+    collector = BatchCollector(consumer, policy, model_has_room=model_has_room)  # type: ignore[arg-type]
+    collecting = asyncio.ensure_future(collector.next_batch(limit=10, top_up=[TOP]))
+    await asyncio.sleep(0.05)
+    assert not collecting.done()  # full at its limit of 10, but nothing more may queue ahead of the model
+    consumer.interactive_waiting = 3
+    model_has_room.set()
+    batch = await asyncio.wait_for(collecting, 5)
+    assert [r.value for r in batch.records] == [b"r"] * 10 + [b"i"] * 3
+    assert consumer.asked[-1] == ((TOP,), 22)  # topped up to the policy's cap, from the higher lane only
