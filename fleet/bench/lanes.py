@@ -7,9 +7,10 @@ a gateway takes interactive calls. Each mode runs three phases:
   interactive  the same backlog again, and while it drains, sync calls through the gateway at 4 a
                second, `priority` 9 and a 3 s deadline: how many are answered 200 in time, their
                p50/p99, and the backlog's drain rate against `alone`
-  flood        the backlog again under a closed loop of interactive callers that keeps the workers
-               busy: the share of batches bulk still gets (FLEET_BULK_MIN_SHARE), from the workers'
-               metrics
+  flood        the backlog again, and beside it an interactive backlog as large produced straight to
+               the interactive lane, so the workers always have interactive records waiting: the
+               share of batches bulk still gets while they wait (FLEET_BULK_MIN_SHARE), from the
+               workers' metrics (lanes mode only: with lanes off there is one lane)
 
 Modes: `lanes` (the default FLEET_LANES; the backlog on the bulk lane's topic) and `off`
 (FLEET_LANES_ENABLED=false: the backlog and the calls share the first lane's topic, the fleet before
@@ -103,12 +104,12 @@ class Bench:
         self._texts = support_queries(2000)
         self._round = 0
 
-    async def produce_backlog(self, topic: str) -> None:
+    async def produce_backlog(self, topic: str, label: str = "batch job") -> None:
         """Distinct texts: no cache could answer them (and the caches are off)."""
         self._round += 1
         sends = []
         for i in range(self.args.backlog):
-            text = f"{self._texts[i % len(self._texts)]} (batch job {self._round}, row {i})"
+            text = f"{self._texts[i % len(self._texts)]} ({label} {self._round}, row {i})"
             request = self.client.build_request(BENCH_MODEL, text, timeout=3600, reply=ReplyTo())
             sends.append(await self.client.producer.send(topic, request.encode(), key=request.id.encode()))
         await asyncio.gather(*sends)
@@ -144,20 +145,6 @@ class Bench:
             status = 0
         phase.calls.append((sent - started, status, (time.monotonic() - sent) * 1000))
 
-    async def flood(self, stop: asyncio.Event) -> None:
-        """Closed loop interactive callers that keep both workers busy."""
-        async with httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=30) as http:
-            async def caller(k: int) -> None:
-                n = 0
-                while not stop.is_set():
-                    n += 1
-                    text = f"flood {k}-{n}: {self._texts[(k * 97 + n) % 2000]}"
-                    try:
-                        await http.post(f"/v1/models/{BENCH_MODEL}/infer", json={"text": text, "priority": 9})
-                    except httpx.HTTPError:
-                        await asyncio.sleep(0.1)
-            await asyncio.gather(*(caller(k) for k in range(self.args.flood_callers)))
-
     def lane_batches(self) -> dict[str, float]:
         """fleet_lane_batches_total per lane, summed over the workers' metrics endpoints."""
         totals: dict[str, float] = {}
@@ -170,25 +157,26 @@ class Bench:
 
     async def phase(self, mode: str, name: str, topic: str, watch: GroupWatch) -> Phase:
         phase = Phase(mode, name, self.args.backlog)
+        flooding = name == "flood"
         await self.produce_backlog(topic)
-        before = self.lane_batches() if name == "flood" else {}
+        top = self.settings.lane_plan.topics(BENCH_MODEL)[0]
+        if flooding:
+            await self.produce_backlog(top, label="interactive backlog")
+        before = self.lane_batches()
         started = time.monotonic()
         draining = asyncio.create_task(self.drain(phase, watch, started))
         if name == "interactive":
             await self.call_at_rate(phase, started, draining)
-        elif name == "flood":
-            stop = asyncio.Event()
-            flooding = asyncio.create_task(self.flood(stop))
-            await draining
-            stop.set()
-            await flooding
-        await draining
-        if name == "flood":
-            after = self.lane_batches()
-            delta = {lane: after.get(lane, 0) - before.get(lane, 0) for lane in after}
-            total = sum(delta.values())
-            lower = sum(v for lane, v in delta.items() if lane != self.settings.lane_plan.top.name)
+        elif flooding:
+            # The share is counted while interactive records wait: until the interactive backlog is gone.
+            async with GroupWatch(self.settings, BENCH_MODEL, top) as interactive:
+                while await interactive.lag() > 0 and not draining.done():
+                    await asyncio.sleep(0.5)
+            during = {lane: n - before.get(lane, 0) for lane, n in self.lane_batches().items()}
+            total = sum(during.values())
+            lower = sum(n for lane, n in during.items() if lane != self.settings.lane_plan.top.name)
             phase.bulk_share = lower / total if total else None
+        await draining
         print(format_table(HEADERS, [cells(phase, None, self.args.deadline_s * 1000)]), flush=True)
         return phase
 
@@ -215,7 +203,7 @@ async def run_mode(args: argparse.Namespace, mode: str, settings: FleetSettings,
         await asyncio.to_thread(gateway.wait_ready)
         bench = Bench(args, settings, client, gateway.url, headers, ports)
         async with GroupWatch(settings, BENCH_MODEL, topic) as watch:
-            for name in args.phases:
+            for name in [n for n in args.phases if mode == "lanes" or n != "flood"]:  # off: one lane, no share
                 phases.append(await bench.phase(mode, name, topic, watch))
     finally:
         gateway.stop()
@@ -291,7 +279,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=3.0, help="each interactive call's deadline")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-batch", type=int, default=32)
-    parser.add_argument("--flood-callers", type=int, default=64, help="closed-loop interactive callers of the flood phase")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--phases", nargs="+", choices=["alone", "interactive", "flood"],
                         default=["alone", "interactive", "flood"])

@@ -5,6 +5,7 @@ the developer's), two workers and a gateway as real processes, and drives a stea
 HTTP, the Python client and a Kafka pipeline while, one scenario at a time, it
 
     worker-kill    SIGKILLs a worker (and starts it again, as an orchestrator would)
+    lanes-kill     the same, while the worker serves an interactive backlog with its bulk lane paused
     kafka-restart  restarts the Kafka broker
     redis-restart  restarts Redis
     redis-pause    pauses Redis for 45 s (SIGSTOP/SIGCONT; --quick: 10 s)

@@ -7,6 +7,8 @@ and the throughput's are measured from the end.
     redis-restart  stop Redis (SIGTERM), start again, wait until it answers
     redis-pause    SIGSTOP Redis for a while (45 s; --quick 10 s), then SIGCONT
     flood          malformed records interleaved with valid requests on the request topic
+    lanes-kill     a bulk backlog and an interactive one on their lanes, then SIGKILL a worker while
+                   its bulk partitions are paused for the interactive lane: nothing is lost
     http           malformed HTTP requests to the gateway
 """
 
@@ -25,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from fleet.chaos import http_malformed, malformed
 from fleet.chaos.http_malformed import HttpCase
 from fleet.chaos.ledger import Ledger
-from fleet.chaos.load import PIPELINE_DEADLINE_MS, SteadyLoad
+from fleet.chaos.load import PIPELINE_DEADLINE_MS, SteadyLoad, pipeline_request
 from fleet.chaos.own_stack import ChaosStack
 from fleet.chaos.processes import Fleet
 from fleet.chaos.report import ScenarioReport
@@ -80,6 +82,26 @@ async def worker_kill(run: Run, report: ScenarioReport) -> Window:
     at = time.monotonic()
     name = run.fleet.kill_worker(0)
     report.notes.append(f"SIGKILLed {name}; started again at once")
+    return at, at
+
+
+async def lanes_kill(run: Run, report: ScenarioReport) -> Window:
+    """Both lanes get a backlog (pipeline requests, owed on the results topic); once the interactive
+    one is being served, and so the bulk lane paused (docs/concepts/lanes.md), a worker is killed.
+    Its partitions, paused or not, go to the others at their committed offsets."""
+    interactive, bulk = run.stack.settings.lane_plan.topics(run.model)[:2]
+    ledger, count = run.load.ledger, run.sizes.flood // 4
+    for topic, path in ((bulk, "lanes-bulk"), (interactive, "lanes-interactive")):
+        requests = [pipeline_request(run.model, f"{path} {i}: {run.load.text()}", run.results_topic)
+                    for i in range(count)]
+        for start in range(0, count, PRODUCE_CHUNK):
+            await _produce(run.producer, topic, [(r.encode(), r.id, path) for r in requests[start:start + PRODUCE_CHUNK]],
+                           ledger)
+    await asyncio.sleep(1.0)  # the workers see the interactive backlog and pause bulk
+    at = time.monotonic()
+    name = run.fleet.kill_worker(0)
+    report.notes.append(f"{count:,} bulk and {count:,} interactive requests produced; SIGKILLed {name} while it "
+                        "served the interactive lane with bulk paused; started again at once")
     return at, at
 
 
@@ -234,5 +256,5 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("worker-kill", worker_kill), Scenario("kafka-restart", kafka_restart),
     Scenario("redis-restart", redis_restart), Scenario("redis-pause", redis_pause), Scenario("flood", flood),
-    Scenario("http", http_flood),
+    Scenario("http", http_flood), Scenario("lanes-kill", lanes_kill),
 )

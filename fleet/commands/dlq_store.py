@@ -31,12 +31,13 @@ from common.clients import new_admin, new_consumer, new_producer
 from common.redis_cluster import AnyRedis
 from common.settings import FleetSettings
 from common.topics import newest_records, partitions_of
+from schemas.lanes import DEFAULT_LANES, parsed_lanes
+from schemas.lanes import model_of_topic as lane_model_of_topic
 from schemas.names import DLQ_TOPIC, TOPIC_PREFIX
 from schemas.wire import DeadLetter, WireError, now_ms
 from workers.delivery.dead_letters import DeadLetterPolicy
 from workers.shadow.replay import parse_duration, parse_time
 
-REQUESTS_PREFIX = f"{TOPIC_PREFIX}.requests."
 SCAN_PER_PARTITION = 2000  # newest dead letters read per partition: a listing is bounded, not the DLQ
 MARK_TTL_S = 30 * 24 * 3600
 AUDIT_STREAM = f"{TOPIC_PREFIX}:dlq:audit"
@@ -53,10 +54,8 @@ def mark_key(ref: str) -> str:
 
 
 def model_of_topic(topic: str) -> str | None:
-    """`fleet.requests.<model>[.cpu]` -> model; None for any other topic."""
-    if not topic.startswith(REQUESTS_PREFIX):
-        return None
-    return topic[len(REQUESTS_PREFIX):].removesuffix(".cpu") or None
+    """`fleet.requests.<model>[.<lane>][.cpu]` -> model (the default lanes); None for any other topic."""
+    return lane_model_of_topic(topic, parsed_lanes(DEFAULT_LANES))
 
 
 @dataclass(frozen=True)

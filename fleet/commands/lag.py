@@ -28,7 +28,8 @@ from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.exits import Exit
 from fleet.tables import format_table
-from schemas.names import TOPIC_PREFIX, requests_topic
+from schemas.lanes import DEFAULT_LANES, Lane, LaneError, Lanes, model_of_topic, parsed_lanes
+from schemas.names import TOPIC_PREFIX
 
 REQUESTS_TOPIC_PREFIX = f"{TOPIC_PREFIX}.requests."
 STALLED = "∞ stalled"
@@ -85,9 +86,37 @@ class PartitionLag:
 
 
 @dataclass(frozen=True)
+class LaneLag:
+    lane: str
+    lag: int
+    rate_per_s: float
+
+    @property
+    def drain_s(self) -> float:
+        return drain_seconds(self.lag, self.rate_per_s)
+
+
+@dataclass(frozen=True)
 class GroupLag:
     group: str
     partitions: tuple[PartitionLag, ...]
+    lanes_of: Lanes = parsed_lanes(DEFAULT_LANES)
+
+    def by_lane(self) -> list[LaneLag]:
+        """Lag and rate per priority lane (docs/concepts/lanes.md), the highest lane first: a bulk
+        lane may lag for hours by design while the interactive lane must not lag at all."""
+        totals: dict[Lane, list[float]] = {}
+        for p in self.partitions:
+            model = model_of_topic(p.topic, self.lanes_of)
+            if model is None:
+                continue
+            try:
+                lane = self.lanes_of.of_topic(model, p.topic)
+            except LaneError:
+                continue
+            lag, rate = totals.setdefault(lane, [0, 0.0])
+            totals[lane] = [lag + p.lag, rate + p.rate_per_s]
+        return [LaneLag(lane.name, int(lag), rate) for lane, (lag, rate) in sorted(totals.items(), key=lambda i: i[0].rank)]
 
     @property
     def lag(self) -> int:
@@ -110,6 +139,8 @@ class GroupLag:
         return {
             "group": self.group, "lag": self.lag, "rate_per_s": round(self.rate_per_s, 3),
             "drain_s": seconds(self.drain_s), "stalled": math.isinf(self.drain_s),
+            "lanes": [{"lane": lane.lane, "lag": lane.lag, "rate_per_s": round(lane.rate_per_s, 3),
+                       "drain_s": seconds(lane.drain_s)} for lane in self.by_lane()],
             "partitions": [{"topic": p.topic, "partition": p.partition, "committed": p.committed, "end": p.end,
                             "lag": p.lag, "rate_per_s": round(p.rate_per_s, 3), "drain_s": seconds(p.drain_s)}
                            for p in self.partitions],
@@ -120,12 +151,17 @@ HEADERS = ("group", "topic", "partition", "committed", "end", "lag", "rate/s", "
 
 
 def table_rows(groups: Sequence[GroupLag]) -> list[tuple[str, ...]]:
-    """One row per partition, then a total row per group (topic column 'TOTAL')."""
+    """One row per partition, a row per priority lane where the group reads several (topic column
+    'lane <name>'), then a total row per group (topic column 'TOTAL')."""
     rows: list[tuple[str, ...]] = []
     for group in groups:
         for p in group.partitions:
             rows.append((group.group, p.topic, str(p.partition), "-" if p.committed is None else str(p.committed),
                          str(p.end), str(p.lag), f"{p.rate_per_s:.1f}", format_duration(p.drain_s)))
+        lanes = group.by_lane()
+        if len(lanes) > 1:
+            rows += [(group.group, f"lane {lane.lane}", "", "", "", str(lane.lag), f"{lane.rate_per_s:.1f}",
+                      format_duration(lane.drain_s)) for lane in lanes]
         rows.append((group.group, "TOTAL", "", "", "", str(group.lag), f"{group.rate_per_s:.1f}",
                      format_duration(group.drain_s)))
     return rows
@@ -146,20 +182,20 @@ async def _committed(admin: AIOKafkaAdminClient, group: str) -> Committed:
     return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
 
 
-def _own_topic(group: str, topics: set[str]) -> set[str]:
-    """A primary group's request topic (the group is named after its model), where it exists."""
-    topic = requests_topic(group)
-    return {topic} if topic in topics else set()
+def _own_topic(group: str, topics: set[str], lanes: Lanes) -> set[str]:
+    """A primary group's request topics, one per lane (the group is named after its model), where they exist."""
+    return set(lanes.topics(group)) & topics
 
 
-async def fleet_groups(admin: AIOKafkaAdminClient, topics: set[str] | None = None) -> list[str]:
+async def fleet_groups(admin: AIOKafkaAdminClient, topics: set[str] | None = None,
+                       lanes: Lanes = parsed_lanes(DEFAULT_LANES)) -> list[str]:
     """Groups that committed offsets on a request topic (fleet.requests.*), and primary groups
     whose request topic exists though they have committed nothing yet (a new fleet's backlog)."""
     topics = set(await admin.list_topics()) if topics is None else topics
     found = []
     for group_id, *_ in await admin.list_consumer_groups():
         committed = await _committed(admin, group_id)
-        if any(tp.topic.startswith(REQUESTS_TOPIC_PREFIX) for tp in committed) or _own_topic(group_id, topics):
+        if any(tp.topic.startswith(REQUESTS_TOPIC_PREFIX) for tp in committed) or _own_topic(group_id, topics, lanes):
             found.append(group_id)
     return sorted(found)
 
@@ -184,18 +220,19 @@ async def collect_lag(settings: FleetSettings, groups: Sequence[str] | None = No
         await consumer.start()
         stack.push_async_callback(consumer.stop)
         topics = set(await admin.list_topics())
-        names = list(groups) if groups else await fleet_groups(admin, topics)
+        lanes = settings.lane_plan
+        names = list(groups) if groups else await fleet_groups(admin, topics, lanes)
         first = {group: await _committed(admin, group) for group in names}
         if progress:
             print(f"sampling committed offsets of {len(names)} group(s) over {interval_s:g} s ...", file=sys.stderr)
         await asyncio.sleep(interval_s)
         second = {group: await _committed(admin, group) for group in names}
         return [await _group_lag(admin, consumer, group, first[group], second[group], interval_s,
-                                 _own_topic(group, topics)) for group in names]
+                                 _own_topic(group, topics, lanes), lanes) for group in names]
 
 
 async def _group_lag(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str, first: Committed,
-                     second: Committed, interval_s: float, own_topics: set[str]) -> GroupLag:
+                     second: Committed, interval_s: float, own_topics: set[str], lanes: Lanes) -> GroupLag:
     # A group that has committed nothing yet still owes its own topic's backlog.
     partitions = await _topic_partitions(admin, {tp.topic for tp in {*first, *second}} | own_topics)
     starts = await consumer.beginning_offsets(partitions) if partitions else {}
@@ -206,7 +243,7 @@ async def _group_lag(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, gro
         after = second.get(tp)
         rate = max((after if after is not None else before) - before, 0) / interval_s
         rows.append(PartitionLag(group, tp.topic, tp.partition, after, starts[tp], ends[tp], rate))
-    return GroupLag(group, tuple(rows))
+    return GroupLag(group, tuple(rows), lanes)
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from fleet.exits import Exit
 from fleet.stack.proc import command_line, pid_alive
 from fleet.tables import format_table
 from common.topics import ensure_topics, partitions_of
-from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, requests_topic
+from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC
 
 Echo = Callable[[str], None]
 READY_MARKER = "ready:"
@@ -230,11 +230,12 @@ def _tail(log: Path, start: int, limit: int = 3000) -> str:
 
 
 async def request_topic_partitions(settings: ScaleSettings, model: str, requested: int | None) -> int:
-    """Partition count of the model's request topic, creating the fleet's topics when missing."""
-    topic = requests_topic(model)
-    await ensure_topics(settings, [topic, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC],
+    """Partition count of the model's request topics (the fewest of its lanes'), creating the fleet's
+    topics when missing: a worker beyond a lane's partition count gets none of that lane."""
+    lane_topics = settings.lane_plan.topics(model)
+    await ensure_topics(settings, [*lane_topics, DLQ_TOPIC, DEFAULT_RESULTS_TOPIC],
                         max(settings.partitions, requested or 0))
-    return len(await partitions_of(settings, topic))
+    return min([len(await partitions_of(settings, topic)) for topic in lane_topics])
 
 
 async def grow_partitions(settings: FleetSettings, topic: str, total: int) -> None:
@@ -257,8 +258,11 @@ async def scale(settings: ScaleSettings, model: str, target: int, *, partitions:
         echo(f"{model}: {len(running)} worker(s) running, {current} partitions; nothing to do")
         return plan
     if plan.grow_partitions_to is not None:
-        echo(f"{requests_topic(model)}: adding partitions {current} -> {plan.grow_partitions_to}")
-        await grow_partitions(settings, requests_topic(model), plan.grow_partitions_to)
+        for topic in settings.lane_plan.topics(model):  # every lane, so each worker gets some of each
+            have = len(await partitions_of(settings, topic))
+            if have < plan.grow_partitions_to:
+                echo(f"{topic}: adding partitions {have} -> {plan.grow_partitions_to}")
+                await grow_partitions(settings, topic, plan.grow_partitions_to)
         if running:
             # The group leader assigns from its cached metadata, so a worker that was already
             # running can leave the new partitions unassigned until its next metadata refresh.

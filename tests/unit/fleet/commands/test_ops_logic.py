@@ -64,6 +64,19 @@ def test_table_is_aligned_with_a_total_line_per_group() -> None:
     assert lines[3].endswith("∞ stalled") and lines[-1].endswith("5.2s")
 
 
+def test_a_group_reading_two_lanes_shows_each_lane_beside_its_total() -> None:
+    bulk = PartitionLag("m", "fleet.requests.m.bulk", 0, 0, 0, 9000, 30.0)
+    group = GroupLag("m", (partition(0, 10, 12, 8.0), bulk))
+    assert [(lane.lane, lane.lag, lane.rate_per_s) for lane in group.by_lane()] == [("interactive", 2, 8.0),
+                                                                                     ("bulk", 9000, 30.0)]
+    lines = lag_table([group]).splitlines()
+    assert [line.split()[:4] for line in lines[-3:]] == [["m", "lane", "interactive", "2"], ["m", "lane", "bulk", "9000"],
+                                                          ["m", "TOTAL", "9002", "38.0"]]
+    assert lines[-2].endswith("5m00s")  # the bulk lane's own drain time, 9000 at 30/s
+    assert group.as_dict()["lanes"] == [{"lane": "interactive", "lag": 2, "rate_per_s": 8.0, "drain_s": 0.25},
+                                        {"lane": "bulk", "lag": 9000, "rate_per_s": 30.0, "drain_s": 300.0}]
+
+
 # --- scale ------------------------------------------------------------------------------------
 
 
