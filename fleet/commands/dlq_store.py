@@ -33,8 +33,7 @@ from common.settings import FleetSettings
 from common.topics import newest_records, partitions_of
 from schemas.names import DLQ_TOPIC, TOPIC_PREFIX
 from schemas.wire import DeadLetter, WireError, now_ms
-from workers.delivery.dead_letters import DeadLetterPolicy
-from workers.shadow.replay import parse_duration, parse_time
+from workers import DeadLetterPolicy, parse_duration, parse_time
 
 REQUESTS_PREFIX = f"{TOPIC_PREFIX}.requests."
 SCAN_PER_PARTITION = 2000  # newest dead letters read per partition: a listing is bounded, not the DLQ
