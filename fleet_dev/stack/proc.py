@@ -21,6 +21,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from fleet.pids import command_line, pid_alive
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost"})
+KILLED_EXIT_WAIT_S = 10.0  # after SIGKILL only the kernel is left to wait for
 
 
 class StackError(RuntimeError):
@@ -101,7 +102,7 @@ class Managed:
         if pid is None:
             return None
         _signal(pid, signal.SIGKILL)
-        _wait_gone(pid, 10.0)
+        _wait_gone(pid, KILLED_EXIT_WAIT_S)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -113,7 +114,7 @@ class Managed:
         _signal(pid, signal.SIGTERM)
         if not _wait_gone(pid, timeout_s):
             _signal(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
+            _wait_gone(pid, KILLED_EXIT_WAIT_S)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -141,7 +142,7 @@ def stop_all(processes: Sequence[Managed], timeout_s: float) -> list[int | None]
             continue
         if not _wait_gone(pid, max(deadline - time.monotonic(), 0.1)):
             _signal(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
+            _wait_gone(pid, KILLED_EXIT_WAIT_S)
         proc.pid_file.unlink(missing_ok=True)
     return pids
 

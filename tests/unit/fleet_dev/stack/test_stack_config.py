@@ -8,7 +8,6 @@ import base64
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from fleet_dev.stack import kafka_server as stack_kafka, redis_server as stack_redis
 from fleet_dev.stack.layout import Stack, StackSettings
+from fleet_dev.stack import proc
 from fleet_dev.stack.proc import Endpoint, Managed, StackError, pid_alive, stop_all
 
 
@@ -223,22 +223,47 @@ def test_managed_kill_is_immediate(tmp_path: Path) -> None:
     pid = managed.pid()
     assert pid is not None
     try:
-        started = time.monotonic()
+        # The sleeper ignores SIGTERM: gone once kill() returns means SIGKILL, with no grace period.
         assert managed.kill() == pid
-        assert time.monotonic() - started < 5 and not pid_alive(pid) and managed.pid() is None
+        assert not pid_alive(pid) and managed.pid() is None
         assert managed.kill() is None
     finally:
         _kill_if_alive(pid)
 
 
-def test_stop_all_signals_every_server_before_waiting(tmp_path: Path) -> None:
+class GraceClock:
+    """proc.py's `time` and its waits for an exit, on a fake clock: a grace wait lets its time pass
+    at once and records it; the wait after SIGKILL is the real one."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.grace_waits: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait_gone(self, pid: int, timeout_s: float) -> bool:
+        if timeout_s == proc.KILLED_EXIT_WAIT_S:
+            return real_wait_gone(pid, timeout_s)
+        self.grace_waits.append(round(timeout_s, 6))
+        self.now += timeout_s
+        return real_wait_gone(pid, 0.0)
+
+
+real_wait_gone = proc._wait_gone
+
+
+def test_stop_all_signals_every_server_before_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     group = [_stubborn_sleeper(tmp_path, f"node{i}") for i in range(3)]
     pids = [managed.pid() for managed in group]
     idle = Managed("idle", tmp_path / "idle.pid", tmp_path / "idle.log", ("never-started",))
+    clock = GraceClock()
+    monkeypatch.setattr(proc, "time", clock)
+    monkeypatch.setattr(proc, "_wait_gone", clock.wait_gone)
     try:
-        started = time.monotonic()
         assert stop_all([*group, idle], 1.0) == [*pids, None]
-        assert time.monotonic() - started < 5  # one shared grace period, not one per server
+        # One shared grace period: the first server's wait uses it up, the others get the floor.
+        assert clock.grace_waits == [1.0, 0.1, 0.1]
         assert not any(pid_alive(pid) for pid in pids if pid is not None)
         assert not any(managed.pid_file.exists() for managed in group)
     finally:
