@@ -1,20 +1,20 @@
 """`fleet`: the operator's command line. Each subcommand hands over to the module that owns it.
 
-    fleet stack up|down|status      the local Kafka + Redis
     fleet build-models [--force]    build and register the model versions
     fleet topics [MODEL ...]        create the request, DLQ and results topics
-    fleet demo                      gateway + two workers + a few hundred requests
-    fleet bench [--quick]           batching benchmark through the whole fleet
     fleet lag | scale | consistency operate consumer groups, check served answers
     fleet workers | drain | undrain live workers and taking one out of service
     fleet models | rollout | shadow model versions, staged rollout, shadow comparisons
-    fleet cache clear|stats         result caches (cache-eval, bench-cache-memory: their checks)
+    fleet cache clear|stats         result caches (cache-eval: the semantic cache's check)
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
-    fleet chaos [--quick]           crashes, outages and malformed input under load, on its own stack
     fleet keys create|list|revoke   the gateway's API keys, one tenant each
     fleet dlq list|show|replay|purge  dead letters, masked; replay them to their request topic
     fleet console                   the operator's web console (the same functions as these commands)
     fleet doctor [--device cuda]    what this install runs on: ONNX Runtime / faiss flavour, providers, GPUs
+
+The local stack, the demo, the benchmarks, chaos and the maintainer's training are not part of
+the installed package: they run from a source checkout (scripts/stack, scripts/demo,
+scripts/bench, scripts/chaos, scripts/train-models; the code is in fleet_dev/).
 """
 
 import argparse
@@ -30,15 +30,9 @@ from fleet.unreachable import run_command
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
 
 DELEGATES = {
-    "stack": ("fleet.stack.cli", "start, stop or inspect the local Kafka and Redis"),
     "build-models": ("models.build.__main__", "build and register model versions"),
     "written-pairs": ("models.build.written_pairs", "add written question-pair sets to the cache verifier's "
                       "training or calibration data, without the pairs near a text of the honest test sets"),
-    "train-models": ("fleet.commands.train_models", "the maintainer's command: train what build-models ships (the "
-                     "faq-intent head, the cache verifier's adapter) and write it only when every pinned pair set "
-                     "meets its target with a margin"),
-    "demo": ("fleet.commands.demo", "run the fleet end to end and print a table"),
-    "bench": ("fleet.bench.batching", "batching benchmark: fleet vs raw model throughput and latency per batch config"),
     "lag": ("fleet.commands.lag", "consumer-group lag per partition and the estimated time to drain it"),
     "scale": ("fleet.commands.scale", "start or stop local worker processes of a model (--workers N, --status)"),
     "consistency": ("fleet.commands.consistency", "check served embeddings against an offline recomputation"),
@@ -51,17 +45,19 @@ DELEGATES = {
     "shadow": ("fleet.commands.shadow", "shadow the candidate version: run | replay a past window | report agreement"),
     "cache": ("fleet.commands.cache", "clear or inspect a model's result caches"),
     "cache-eval": ("fleet.commands.cache_eval", "semantic cache false-hit evaluation on paraphrase and near-miss pairs"),
-    "bench-cache": ("fleet.bench.cache", "cache benchmark: exact-hit throughput, hit vs bare round trip, "
-                    "throughput with and without caches at a 50% hit rate"),
-    "bench-cache-memory": ("fleet.bench.cache_memory", "exact cache RSS against its configured bound"),
-    "chaos": ("fleet.chaos.cli", "kill, restart, pause and flood the fleet on its own stack under load; "
-              "count what was lost"),
     "keys": ("fleet.commands.keys", "the gateway's API keys: create (shown once) | list | revoke"),
     "dlq": ("fleet.commands.dlq", "dead letters: list | show (masked) | replay to their request topic | purge"),
     "console": ("fleet.console.main", "the operator's web console: workers, lag, versions, dead letters, tenants"),
     "doctor": ("fleet.commands.doctor", "what this install runs on: the ONNX Runtime and faiss flavour, their "
                "providers and GPU support, torch's CUDA devices, versions"),
 }
+
+# The extra of pyproject.toml a command needs beyond the base install (for `models`: its `import`,
+# for `shadow`: its `run` and `replay`). Run without it, the command ends with one line naming the
+# install instead of an ImportError's traceback.
+EXTRAS = {"build-models": "build", "written-pairs": "build", "consistency": "worker", "cache-eval": "worker",
+          "shadow": "worker", "models": "import", "console": "console"}
+OWN_PACKAGES = frozenset({"schemas", "common", "models", "versions", "workers", "gateway", "fleet"})
 
 
 # Commands that only read, or write what a second run writes the same: when Kafka or Redis does
@@ -105,12 +101,31 @@ def delegate(command: str) -> Callable[[list[str]], object]:
     return entry
 
 
+def missing_extra(command: str, exc: ModuleNotFoundError) -> str:
+    extra = EXTRAS.get(command)
+    fix = (f"pip install 'kafka-inference-fleet[{extra}]'" if extra is not None
+           else "the extras table of docs/getting-started.md says which extra brings it")
+    return f"fleet {command}: this install has no module {exc.name!r}; {fix}"
+
+
+def run_delegate(command: str, rest: list[str]) -> object:
+    """The command's entry point on `rest`; a third-party module this install lacks is one line
+    (Exit.UNAVAILABLE), a module of ours that is missing stays a traceback (a bug)."""
+    try:
+        return delegate(command)(rest)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in OWN_PACKAGES:
+            raise
+        print(missing_extra(command, exc), file=sys.stderr)
+        return Exit.UNAVAILABLE
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     fleet = parser()
     args, rest = fleet.parse_known_args(argv)
     if args.command in DELEGATES:
-        raise SystemExit(run_command(args.command, lambda: delegate(args.command)(rest),
+        raise SystemExit(run_command(args.command, lambda: run_delegate(args.command, rest),
                                      wait_s=waiting_for(args.command)))
     if rest:
         fleet.error(f"unrecognized arguments: {' '.join(rest)}")

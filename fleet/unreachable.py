@@ -25,8 +25,8 @@ REDIS_UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 def unreachable(server: str, address: str, exc: BaseException) -> str:
     if isinstance(exc, RedisAuthenticationError):  # answered, and said no: the stack is up
         return (f"{server} at {address} refused authentication: {exc}; check FLEET_REDIS_USERNAME / "
-                "FLEET_REDIS_PASSWORD (`source <home>/stack/secure.env` for `stack up --secure`)")
-    return f"cannot reach {server} at {address}: {exc}; is the stack up (`fleet stack up`)?"
+                "FLEET_REDIS_PASSWORD (`source <home>/stack/secure.env` for `scripts/stack up --secure`)")
+    return f"cannot reach {server} at {address}: {exc}; is it running (the local stack: `scripts/stack up`)?"
 
 
 def run_command(name: str, entry: Callable[[], object], *, wait_s: float = 0.0) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas.model_card import CardTensor
-from schemas.wire import WireError
+from schemas.errors import WireError
 
 MAX_TENSOR_BYTES = 4 * 1024 * 1024  # all inputs of one request together
 MAX_TENSOR_ROWS = 256  # rows (first axis) of one request

@@ -15,7 +15,9 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from schemas.bounds import JsonBounds, bound_problems, plain_strings
+from schemas.errors import WireError as WireError  # the contract's error, raised here and by schemas/tensors.py
 from schemas.packing import F32LE, EmbeddingEncoding, f32le, holds_rows, pack_with_outputs, packb
+from schemas.tensors import tensors_as_json
 
 SCHEMA_VERSION = 1
 
@@ -25,14 +27,6 @@ PARAMS_BOUNDS = JsonBounds(max_depth=PARAMS_MAX_DEPTH)
 _NONE: dict[str, Any] = {}  # a missing map: in bounds (never written to)
 RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
-
-
-class WireError(ValueError):
-    """Bytes that are not a valid message of the contract; the message says why, `code` says what kind."""
-
-    def __init__(self, message: str, code: str = "invalid_fields") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def new_request_id() -> str:
@@ -219,8 +213,6 @@ class Result(_Wire):
         """This result with an `f32le` embedding as a list of floats, and a tensor model's outputs as
         nested arrays, for JSON, which has no bytes."""
         if self.outputs is not None and "tensors" in self.outputs:
-            from schemas.tensors import tensors_as_json  # schemas/tensors.py builds on this module
-
             return self.model_copy(update={"outputs": tensors_as_json(self.outputs)})
         if self.embedding_encoding != F32LE:
             return self

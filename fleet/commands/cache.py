@@ -28,9 +28,9 @@ from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_table
 from fleet.unreachable import unreachable
-from models.registry import parse_version_id
+from models import parse_version_id
 from schemas.names import TOPIC_PREFIX, cache_generation_key, exact_cache_pattern, semantic_cache_topic
-from workers.cache.exact import SCAN_BATCH, clear_model_cache
+from workers import CACHE_SCAN_BATCH, clear_model_cache
 
 
 def semantic_topics_of(model: str, version: str | None, existing: list[str]) -> list[str]:
@@ -87,7 +87,7 @@ async def stats(redis: AnyRedis, model: str) -> int:
     generation = int(await redis.get(cache_generation_key(model)) or 0)
     current: Counter[str] = Counter()
     stale: Counter[str] = Counter()
-    async for raw in redis.scan_iter(match=exact_cache_pattern(model), count=SCAN_BATCH):
+    async for raw in redis.scan_iter(match=exact_cache_pattern(model), count=CACHE_SCAN_BATCH):
         parsed = parse_entry_key(model, raw.decode() if isinstance(raw, bytes) else raw)
         if parsed is not None:
             (current if parsed[1] == generation else stale)[parsed[0]] += 1

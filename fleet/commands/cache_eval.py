@@ -24,10 +24,7 @@ import numpy.typing as npt
 from fleet.arguments import command_parser
 from fleet.exits import Exit
 from fleet.tables import format_table
-from workers.cache.guards import meaning_conflict
-from workers.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
-from workers.cache.verifier import CacheVerifier
-from workers.settings import WorkerSettings
+from workers import SEMANTIC_THRESHOLD, CacheVerifier, SemanticCache, WorkerSettings, meaning_conflict
 
 PAIRS_PATH = Path(__file__).resolve().parents[2] / "workers" / "cache" / "data" / "semantic_pairs.json"
 THRESHOLDS = (0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
@@ -100,8 +97,7 @@ def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool
 
 
 def embed_all(texts: list[str], registry_dir: Path | None = None) -> tuple[str, Vectors]:
-    from models.backends.base import infer_in_chunks
-    from models.loading import ModelLoader
+    from models import ModelLoader, infer_in_chunks
 
     where = {} if registry_dir is None else {"model_dir": registry_dir}
     backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False, **where).runtime()).load()
@@ -111,7 +107,7 @@ def embed_all(texts: list[str], registry_dir: Path | None = None) -> tuple[str, 
 
 
 def open_verifier() -> CacheVerifier | None:
-    from models.registry import ModelRegistry
+    from models import ModelRegistry
 
     return CacheVerifier.newest(ModelRegistry(WorkerSettings(model="minilm-embed").registry_dir))
 
@@ -147,8 +143,8 @@ def measure(pairs: list[Pair]) -> Report:
         shipped = evaluate(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold)
         hits = served(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold)
     else:
-        shipped = evaluate(pairs, vectors, DEFAULT_THRESHOLD, True)
-        hits = served(pairs, vectors, DEFAULT_THRESHOLD, True)
+        shipped = evaluate(pairs, vectors, SEMANTIC_THRESHOLD, True)
+        hits = served(pairs, vectors, SEMANTIC_THRESHOLD, True)
     wrong = [pair for pair, hit in zip(pairs, hits) if hit and not pair.should_hit]
     return Report(version, verifier.manifest.id if verifier is not None else None,
                   verifier.threshold if verifier is not None else None, shipped, rows, wrong)

@@ -34,9 +34,8 @@ from fleet.arguments import command_parser
 from fleet.exits import Exit
 from schemas.names import requests_topic, result_key
 from schemas.wire import Request, Result, Status, WireError
-from models.backends.options import RuntimeOptions
-from models.registry import ModelRegistry, RegistryError
-from workers.settings import WorkerSettings
+from models import ModelRegistry, RegistryError, RuntimeOptions
+from workers import WorkerSettings
 
 
 class ConsistencySettings(WorkerSettings):
@@ -202,7 +201,7 @@ async def gather_sample(settings: ConsistencySettings, model: str, count: int) -
 def recompute(settings: ConsistencySettings, model: str, sample: Sample, version: str | None,
               *, batch_size: int = 32) -> tuple[list[Comparison], Counter[str]]:
     """Embed every sampled text with its result's version (or `version`) and compare with the live one."""
-    from models.backends.onnx import OnnxEmbeddingBackend  # ONNX Runtime loads only when a check runs
+    from models import OnnxEmbeddingBackend  # ONNX Runtime loads only when a check runs
 
     registry = ModelRegistry(settings.registry_dir)
     by_version: dict[str, list[tuple[Request, Result]]] = {}

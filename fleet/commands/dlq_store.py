@@ -35,8 +35,7 @@ from schemas.lanes import DEFAULT_LANES, parsed_lanes
 from schemas.lanes import model_of_topic as lane_model_of_topic
 from schemas.names import DLQ_TOPIC, TOPIC_PREFIX
 from schemas.wire import DeadLetter, WireError, now_ms
-from workers.delivery.dead_letters import DeadLetterPolicy
-from workers.shadow.replay import parse_duration, parse_time
+from workers import DeadLetterPolicy, parse_duration, parse_time
 
 SCAN_PER_PARTITION = 2000  # newest dead letters read per partition: a listing is bounded, not the DLQ
 MARK_TTL_S = 30 * 24 * 3600

@@ -23,7 +23,7 @@ from typing import Any
 from fleet.arguments import command_parser
 from fleet.exits import Exit
 from fleet.tables import format_pairs
-from models.backends.flavour import Installed, install_refusal
+from models import Installed, install_refusal
 
 NO_GPU = ("no CUDA device is visible to torch: check the NVIDIA driver (nvidia-smi), the container's GPU "
           "(docker compose --profile gpu: the device reservation; Kubernetes: nvidia.com/gpu) and CUDA_VISIBLE_DEVICES")

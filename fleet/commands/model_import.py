@@ -14,9 +14,7 @@ import argparse
 import sys
 
 from fleet.exits import Exit
-from models.build.progress import Progress
-from models.manifest import ImportSource, ModelManifest
-from models.registry import ModelRegistry
+from models import ImportSource, ModelManifest, ModelRegistry, Progress
 from schemas.tasks import TASKS
 
 
@@ -36,9 +34,7 @@ def add_import_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 def cmd_import(registry: ModelRegistry, args: argparse.Namespace) -> int:
     # The importers pull in torch, transformers and the converters: only when importing.
-    from models.importing.converted import ImportRequest
-    from models.importing.labels import parse_labels
-    from models.importing.pipeline import import_model
+    from models import ImportRequest, import_model, parse_labels
 
     request = ImportRequest(name=args.name, task=args.task, int8=args.int8,
                             labels=parse_labels(args.labels) if args.labels is not None else None,

@@ -36,9 +36,9 @@ from fleet.commands.model_import import add_import_parser, cmd_import, source_ce
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table
-from models.registry import MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, parse_version_id
-from models.remote_files import local_path_of, url_filesystem
-from versions.pointers import AuditEntry, PointerError, PointerState, VersionPointers
+from models import (MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, local_path_of, parse_version_id,
+                    url_filesystem)
+from versions import AuditEntry, PointerError, PointerState, VersionPointers
 
 SHORT_SHA = 12
 

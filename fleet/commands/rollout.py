@@ -32,11 +32,10 @@ from fleet.commands.models import default_actor, format_ms, history_rows
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table
-from models.registry import ModelRegistry, RegistryError
-from versions.pointers import PointerError, PointerState, RolloutState, VersionPointers
-from versions.rollout import RolloutController, RolloutEvent, RolloutOutcome, read_report
-from versions.rollout_gates import RolloutPlan, RolloutSettings, parse_stages, stage_label
-from versions.stats import StatsWindow, VersionStats, read_shadow
+from models import ModelRegistry, RegistryError
+from versions import (PointerError, PointerState, RolloutController, RolloutEvent, RolloutOutcome, RolloutPlan,
+                      RolloutSettings, RolloutState, StatsWindow, VersionPointers, VersionStats, parse_stages,
+                      read_report, read_shadow, stage_label)
 
 ROW_HEADERS = ("time", "phase", "elapsed", "cand req", "cand err", "cand p99", "stable err", "stable p99",
                "agreement", "verdict", "detail")

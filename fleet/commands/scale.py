@@ -35,7 +35,7 @@ from common.settings import FleetSettings
 from fleet.arguments import command_parser
 from fleet.commands.lag import format_duration
 from fleet.exits import Exit
-from fleet.stack.proc import command_line, pid_alive
+from fleet.pids import command_line, pid_alive
 from fleet.tables import format_table
 from common.topics import ensure_topics, partitions_of
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC

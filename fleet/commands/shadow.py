@@ -27,13 +27,10 @@ from fleet.commands.shadow_report import format_report, summarise
 from fleet.exits import Exit
 from common.topics import newest_records
 from schemas.names import comparisons_topic
-from versions.pointers import read_pointers
+from versions import ShadowSnapshot, read_pointers, read_shadow
 from schemas.shadow import Comparison
 from schemas.wire import WireError
-from workers.shadow.worker import serve_shadow
-from workers.shadow.settings import ShadowSettings
-from versions.stats import ShadowSnapshot, read_shadow
-from workers.shadow.replay import ReplayWindow, ShadowReplay, parse_duration, parse_time
+from workers import ReplayWindow, ShadowReplay, ShadowSettings, parse_duration, parse_time, serve_shadow
 
 
 def _settings(args: argparse.Namespace) -> ShadowSettings:

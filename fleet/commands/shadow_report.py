@@ -15,7 +15,7 @@ import numpy as np
 
 from fleet.tables import format_table
 from schemas.shadow import Comparison, ComparisonKind, LiveSource
-from versions.stats import ShadowSnapshot
+from versions import ShadowSnapshot
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from fleet.commands.dlq_store import parse_ends, purge, replay, select_letters
 from fleet.commands.rollout import OPERATOR_ACTIONS, operator_action, start_rollout
 from fleet.commands.workers import drain_worker, undrain_worker
 from fleet.console.web import admin_change, back, console_of, render
-from models.registry import ModelRegistry
+from models import ModelRegistry
 from schemas.wire import now_ms
-from versions.pointers import VersionPointers
+from versions import VersionPointers
 
 router = APIRouter()
 MAX_REPLAY = 1000

@@ -26,8 +26,8 @@ from fleet.console.serving_history import ServingHistory
 from fleet.console.settings import ConsoleSettings
 from fleet.console.web import (HERE, Console, Forbidden, NotSignedIn, back, console_of, read_form, render,
                                same_origin)
-from models.registry import RegistryError
-from versions.pointers import PointerError
+from models import RegistryError
+from versions import PointerError
 
 log = logging.getLogger("fleet.console")
 SECURITY_HEADERS = {

@@ -20,10 +20,9 @@ from fleet.commands.rollout import OPERATOR_ACTIONS
 from fleet.console.assignments import partitions_of_worker
 from fleet.console.sources import Gathered, Outage, overview, worker_row
 from fleet.console.web import console_of, operator_of, render
-from models.registry import ModelRegistry
-from versions.pointers import VersionPointers
+from models import ModelRegistry
+from versions import VersionPointers, read_report
 from schemas.wire import now_ms
-from versions.rollout import read_report
 
 router = APIRouter()
 USAGE_ROWS = 200  # the busiest tenants of the hour

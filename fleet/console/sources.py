@@ -20,8 +20,8 @@ from fleet.console.cache_rates import cache_words
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.settings import ConsoleSettings
 from fleet.console.throughput import ThroughputMemory, VersionFigures
-from models.registry import ModelRegistry
-from versions.pointers import PointerState, VersionPointers
+from models import ModelRegistry
+from versions import PointerState, VersionPointers
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 3.0

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from common.redis_cluster import AnyRedis
-from versions.stats import StatsSnapshot, StatsWindow, VersionStats
+from versions import StatsSnapshot, StatsWindow, VersionStats
 
 MIN_WINDOW_S = 10.0
 MAX_REMEMBERED = 1000

@@ -17,11 +17,11 @@ from fleet.commands.shadow import build_report
 from fleet.console.shadow_series import shadow_series, worst_rows
 from fleet.console.sources import Gathered
 from fleet.console.web import console_of, operator_of, render
-from models.registry import ModelRegistry
+from models import ModelRegistry
 from schemas.names import TRACE_TOPIC
 from schemas.shadow import Comparison
 from schemas.wire import TraceRecord, WireError
-from workers.observability.redaction import Redactor
+from workers import Redactor
 
 router = APIRouter()
 RECENT_COMPARISONS = 200  # per partition, as `fleet shadow report --last`

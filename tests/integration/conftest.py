@@ -23,7 +23,7 @@ from redis.backoff import ExponentialBackoff
 
 from common.clients import new_consumer, new_producer, redis_client
 from common.settings import FleetSettings
-from fleet.stack.cli import wait_for_kafka, wait_for_redis
+from fleet_dev.stack.cli import wait_for_kafka, wait_for_redis
 from common.topics import partitions_of
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings

@@ -5,10 +5,10 @@ context starts the server again on the way out, whatever the test did."""
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fleet.stack.launch import start_kafka_node, start_redis_node
-from fleet.stack.layout import Stack, StackSettings
-from fleet.stack.proc import stop_all
-from fleet.stack.readiness import wait_for_kafka, wait_for_redis
+from fleet_dev.stack.launch import start_kafka_node, start_redis_node
+from fleet_dev.stack.layout import Stack, StackSettings
+from fleet_dev.stack.proc import stop_all
+from fleet_dev.stack.readiness import wait_for_kafka, wait_for_redis
 
 STOP_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 90.0

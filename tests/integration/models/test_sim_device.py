@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common.settings import FleetSettings
-from fleet.bench.fleet_process import bench_alias
+from fleet_dev.bench.fleet_process import bench_alias
 from gateway.client import FleetClient
 from models.registry import ModelRegistry
 from schemas.wire import CacheTier, Status

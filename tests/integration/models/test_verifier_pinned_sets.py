@@ -1,7 +1,7 @@
 """The built verifier on pairs people wrote, through the real encoder, guards and verifier at the
 shipped operating point, and the figures its manifest records.
 
-Every pinned set (fleet/commands/verifier_gates.py) is held to its target here, on this machine's
+Every pinned set (fleet_dev/verifier_gates.py) is held to its target here, on this machine's
 build. The maintainer's `scripts/train-models` wrote the shipped adapter only when every set met its
 target with a margin bigger than the score noise between machines, so no CPU's rounding can flip
 these. The honest sets (tests/data/outsider_pairs_{5,6,7}.json) are in no training or calibration,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleet.commands.verifier_gates import PINNED_SETS, Noise, PinnedSet, standing
+from fleet_dev.verifier_gates import PINNED_SETS, Noise, PinnedSet, standing
 from tests.built_models import built_registry
 from workers.cache.verifier import CacheVerifier
 

@@ -14,8 +14,8 @@ ALLOWED = {
     "common/credentials.py": "one raw connection that authenticates with kafka_options(settings)",
     # The multi-node stack talks to one node at a time (metadata of node N, CLUSTER commands of a
     # Redis node), which no factory of a whole cluster does; --secure refuses multi-node stacks.
-    "fleet/stack/kafka_cluster.py": "per-node metadata of the plain multi-node stack",
-    "fleet/stack/redis_cluster.py": "per-node CLUSTER commands of the plain Redis Cluster",
+    "fleet_dev/stack/kafka_cluster.py": "per-node metadata of the plain multi-node stack",
+    "fleet_dev/stack/redis_cluster.py": "per-node CLUSTER commands of the plain Redis Cluster",
 }
 
 

@@ -1,6 +1,6 @@
 """Redis Cluster support without a server: the slot arithmetic the multi-key operations split by,
 the client FLEET_REDIS_CLUSTER selects, and what counts as a cluster outage.
-(The same code against a real Redis Cluster: tests/integration/fleet/stack/test_fleet_on_redis_cluster.py.)"""
+(The same code against a real Redis Cluster: tests/integration/fleet_dev/stack/test_fleet_on_redis_cluster.py.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""compose/docker-compose.yml configures the fleet only through real FLEET_* settings fields, and its two
-images (compose/Dockerfile: the CPU flavour; compose/Dockerfile.gpu: the GPU flavour) install what
-the processes that run them need. Static: there is no container engine on these machines."""
+"""compose/docker-compose.yml configures the fleet only through real FLEET_* settings fields, and its three
+images (compose/Dockerfile.gateway: the gateway alone; compose/Dockerfile: the CPU workers and the model
+build; compose/Dockerfile.gpu: the GPU workers) install the roles (pyproject.toml's extras) of the
+processes that run them. Static: there is no container engine on these machines."""
 
 from __future__ import annotations
 
@@ -23,12 +24,17 @@ from workers.settings import WorkerSettings
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
 DOCKERFILE = ROOT / "compose" / "Dockerfile"
 GPU_DOCKERFILE = ROOT / "compose" / "Dockerfile.gpu"
+GATEWAY_DOCKERFILE = ROOT / "compose" / "Dockerfile.gateway"
 POM = ROOT / "compose" / "kafka" / "pom.xml"
 APP_IMAGE = "kafka-inference-fleet:local"
 GPU_IMAGE = "kafka-inference-fleet-gpu:local"
-# Each image and the flavour of ONNX Runtime and faiss it installs (pyproject.toml's extras).
+GATEWAY_IMAGE = "kafka-inference-fleet-gateway:local"
+# Each image that runs models and the flavour of ONNX Runtime and faiss it installs (pyproject.toml's extras).
 IMAGES = {APP_IMAGE: (DOCKERFILE, "cpu"), GPU_IMAGE: (GPU_DOCKERFILE, "gpu")}
-DOCKERFILES = [DOCKERFILE, GPU_DOCKERFILE]
+# Each image and the roles (extras) it installs: the worker images a worker, the gateway's no model library.
+ROLES = {APP_IMAGE: {"worker", "build", "cpu"}, GPU_IMAGE: {"worker", "torch", "gpu"}, GATEWAY_IMAGE: {"gateway"}}
+DOCKERFILES = [DOCKERFILE, GPU_DOCKERFILE, GATEWAY_DOCKERFILE]
+BUILT = {**{image: dockerfile for image, (dockerfile, _) in IMAGES.items()}, GATEWAY_IMAGE: GATEWAY_DOCKERFILE}
 
 
 def _services() -> dict[str, dict[str, Any]]:
@@ -52,7 +58,7 @@ def _environment(service: dict[str, Any]) -> dict[str, str]:
 def _settings_class(service: dict[str, Any]) -> type[FleetSettings] | None:
     """The settings class the service's process builds; None for third-party images."""
     known = settings_class(_command(service), _environment(service))
-    if known is None and service.get("image") in IMAGES:
+    if known is None and service.get("image") in BUILT:
         return FleetSettings  # another one-shot of the fleet's image: shared settings only
     return known
 
@@ -131,7 +137,7 @@ def test_dockerfile_env_names_are_shared_settings_fields(dockerfile: Path) -> No
 def test_the_image_copies_every_package_pyproject_installs(dockerfile: Path) -> None:
     # A package missing here installs fine and fails only when a process imports it in the container.
     includes = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    packages = {pattern.rstrip("*") for pattern in includes}
+    packages = {pattern.split(".")[0] for pattern in includes}  # "models", "models.*" -> models
     copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile.read_text(), flags=re.MULTILINE))
     assert packages and packages <= copied, f"{dockerfile.name} does not COPY {sorted(packages - copied)}"
 
@@ -154,6 +160,18 @@ def test_each_image_installs_its_flavour_alone_at_the_pinned_versions(image: str
     # BuildKit reads <Dockerfile>.dockerignore beside it: both images leave out the same things.
     ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
     assert ignore.read_text() == DOCKERFILE.with_name("Dockerfile.dockerignore").read_text()
+
+
+@pytest.mark.parametrize("image", sorted(ROLES))
+def test_each_image_installs_the_roles_of_its_processes(image: str) -> None:
+    assert _installed_extras(BUILT[image]) == ROLES[image]
+
+
+def test_the_gateway_runs_the_gateway_image_and_no_worker_does() -> None:
+    services = _services()
+    assert services["gateway"]["image"] == GATEWAY_IMAGE
+    assert all(service["image"] != GATEWAY_IMAGE for service in _worker_services().values())
+    assert _services()["models"]["image"] == APP_IMAGE, "the model build needs the build extra"
 
 
 def _pins() -> dict[str, str]:
@@ -205,5 +223,5 @@ def test_every_image_a_service_builds_has_its_dockerfile_here() -> None:
             context = (COMPOSE.parent / build["context"]).resolve()
             assert context == ROOT, f"{name} builds from the repository root"
             built[service["image"]] = context / build["dockerfile"]
-    assert built == {image: dockerfile for image, (dockerfile, _) in IMAGES.items()}
+    assert built == BUILT
     assert all(path.is_file() for path in built.values())

@@ -192,14 +192,18 @@ def test_one_worker_deployment_per_model_and_role_with_the_primary_on_a_gpu() ->
     assert [c.env["FLEET_DEVICE"] for c in workers() if c.owner is primary] == ["cuda"]
 
 
-def test_cuda_workers_run_the_gpu_image_and_every_other_container_the_cpu_one() -> None:
+def test_cuda_workers_run_the_gpu_image_the_gateway_its_own_and_every_other_container_the_cpu_one() -> None:
     """A CUDA worker on the CPU image is refused at start (ONNX Runtime's CPU wheel has no CUDA
-    provider); a CPU process on the GPU image would pull gigabytes of CUDA libraries for nothing."""
+    provider); a CPU process on the GPU image would pull gigabytes of CUDA libraries for nothing; the
+    gateway runs no model and its image holds no model library."""
     cuda = {c.id for c in workers() if c.env.get("FLEET_DEVICE", "cpu").startswith("cuda")}
     assert cuda, "the GPU primary"
     for container in containers():
         image = container.spec["image"].split(":")[0]
-        assert image == ("kafka-inference-fleet-gpu" if container.id in cuda else "kafka-inference-fleet"), container.id
+        expected = ("kafka-inference-fleet-gpu" if container.id in cuda
+                    else "kafka-inference-fleet-gateway" if container.spec.get("command") == ["fleet-gateway"]
+                    else "kafka-inference-fleet")
+        assert image == expected, container.id
 
 
 def test_every_image_is_one_compose_builds_from_a_dockerfile_here() -> None:

@@ -24,14 +24,14 @@ def test_an_unreachable_server_is_named_in_one_line(exc: BaseException, server: 
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command("lag", raising(exc)) == Exit.UNAVAILABLE
     err = capsys.readouterr().err
-    assert err.startswith(f"fleet lag: cannot reach {server} at ") and "fleet stack up" in err
+    assert err.startswith(f"fleet lag: cannot reach {server} at ") and "scripts/stack up" in err
     assert len(err.splitlines()) == 1
 
 
 def test_ctrl_c_and_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command("rollout", raising(KeyboardInterrupt())) == Exit.INTERRUPTED == 130
     assert run_command("cache", lambda: Exit.ROLLED_BACK) == 3
-    assert run_command("demo", lambda: None) == Exit.OK
+    assert run_command("keys", lambda: None) == Exit.OK
     with pytest.raises(ValueError):
         run_command("lag", raising(ValueError("a bug stays a traceback")))
 

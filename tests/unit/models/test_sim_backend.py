@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from models.backends import sim
 from models.backends.sim import PRESETS, DeviceTimeline, SimBackend, SimDevice, sim_device
 from models.build.faq import FAQ_MODEL_NAME
 from models.loading import ModelLoader
@@ -68,17 +68,40 @@ def test_a_classifier_gets_one_probability_row_per_text(registry: ModelRegistry)
     assert (rows > 0).all()
 
 
+class FakeClock:
+    """`time` as models/backends/sim.py uses it: perf_counter() reads the clock, sleep() moves it
+    (and records how long each sleep was: the device's time is a sleep, never the CPU's)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+        self._lock = threading.Lock()
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.slept.append(seconds)
+            self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(sim, "time", fake)
+    return fake
+
+
 @pytest.mark.models
-def test_a_batch_takes_a_plus_b_times_rows(registry: ModelRegistry) -> None:
+def test_a_batch_takes_a_plus_b_times_rows_asleep(registry: ModelRegistry, clock: FakeClock) -> None:
     resolve_or_skip(registry, "fp32")
     backend = ModelLoader(sim_settings(registry, sim_a_ms=20, sim_b_ms=2).runtime()).load()
     encoded = backend.encode(TEXTS * 10)  # 30 rows: 20 + 60 = 80 ms
-    cpu_started, started = time.process_time(), time.perf_counter()
+    started = clock.now
     backend.run(encoded)
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    cpu_ms = (time.process_time() - cpu_started) * 1000
-    assert 80 <= elapsed_ms < 80 * 1.5 + 20
-    assert cpu_ms < 40  # the device's time is a sleep, not the CPU's
+    assert clock.now - started == pytest.approx(0.080)
+    assert sum(clock.slept) == pytest.approx(0.080)  # all of it in time.sleep: no CPU held
 
 
 def test_the_device_runs_batches_back_to_back_from_when_they_are_handed_over() -> None:
@@ -90,17 +113,18 @@ def test_the_device_runs_batches_back_to_back_from_when_they_are_handed_over() -
 
 
 @pytest.mark.models
-def test_two_threads_share_one_device_one_batch_at_a_time(registry: ModelRegistry) -> None:
+def test_two_threads_share_one_device_one_batch_at_a_time(registry: ModelRegistry, clock: FakeClock) -> None:
     resolve_or_skip(registry, "fp32")
     backend = ModelLoader(sim_settings(registry, sim_a_ms=40).runtime()).load()
     encoded = backend.encode(TEXTS)
-    started = time.perf_counter()
+    started = clock.now
     threads = [threading.Thread(target=backend.run, args=(encoded,)) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert (time.perf_counter() - started) * 1000 >= 80
+    # However the threads interleave, the second batch starts when the first is done: 40 + 40 ms.
+    assert clock.now - started >= 0.080 - 1e-9
 
 
 def test_the_simulated_device_is_refused_in_production() -> None:

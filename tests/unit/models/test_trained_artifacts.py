@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleet.commands.train_models import MIN_COSINE_NOISE, MIN_LOGIT_NOISE
-from fleet.commands.verifier_gates import PINNED_SETS
+from fleet_dev.train_models import MIN_COSINE_NOISE, MIN_LOGIT_NOISE
+from fleet_dev.verifier_gates import PINNED_SETS
 from models.build.faq_data import load_faq_dataset
 from models.build.trained import (
     RECORD_FILE,

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import onnxruntime
 import pytest
@@ -28,21 +27,21 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def run_worker(**fleet: str) -> tuple[int, str, float]:
+def run_worker(**fleet: str) -> tuple[int, str]:
     env = {key: value for key, value in os.environ.items() if not key.upper().startswith(ENV_PREFIX)}
     env |= {"FLEET_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed_port()}", "FLEET_REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0",
             "FLEET_STARTUP_TIMEOUT_S": str(STARTUP_WINDOW_S), "FLEET_METRICS_PORT": str(closed_port())} | fleet
-    started = time.monotonic()
+    # The timeout guards against a hang: a worker that waited out the whole window would fail here.
     done = subprocess.run([sys.executable, "-m", "workers.main"], env=env, cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=STARTUP_WINDOW_S - 5)
-    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.mark.skipif(CUDA_PROVIDER in onnxruntime.get_available_providers(),
                     reason="this install has the GPU flavour: a CUDA worker passes the install check")
 @pytest.mark.parametrize("role", ["primary", "shadow"])
 def test_a_cuda_worker_on_the_cpu_flavour_refuses_in_one_line_without_a_traceback(role: str) -> None:
-    code, output, _ = run_worker(FLEET_DEVICE="cuda", FLEET_ROLE=role)
+    code, output = run_worker(FLEET_DEVICE="cuda", FLEET_ROLE=role)
     assert code == ExitCode.WRONG_INSTALL, output
     assert "Traceback" not in output, output
     [line] = [line for line in output.splitlines() if "worker cannot start" in line]
@@ -52,7 +51,6 @@ def test_a_cuda_worker_on_the_cpu_flavour_refuses_in_one_line_without_a_tracebac
 
 
 def test_a_cpu_worker_passes_the_check_and_goes_on_to_wait_for_kafka() -> None:
-    code, output, elapsed = run_worker(FLEET_DEVICE="cpu", FLEET_STARTUP_TIMEOUT_S="1")
+    code, output = run_worker(FLEET_DEVICE="cpu", FLEET_STARTUP_TIMEOUT_S="1")
     assert code == ExitCode.DEPENDENCIES, output
     assert "did not answer within 1 s" in output and "Traceback" not in output
-    assert elapsed < STARTUP_WINDOW_S - 5

@@ -2,7 +2,6 @@
 give way to `request_stop()` and to LEAVE_TIMEOUT_S instead of hanging the process."""
 
 import asyncio
-import time
 
 import pytest
 
@@ -64,9 +63,9 @@ async def test_leaving_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatc
     member = Member()
     consumer = NeverStops()
     member._consumer = consumer  # type: ignore[assignment]
-    started = time.monotonic()
-    await asyncio.wait_for(member.stop(), 5)
-    assert consumer.stopping and time.monotonic() - started < 2
+    await asyncio.wait_for(member.stop(), 5)  # a guard against a hang, not a measurement
+    # The consumer never stops: stop() returning at all is giving up, and the log says after how long.
+    assert consumer.stopping
     assert member.assignment() == frozenset()
     assert "did not leave its group within 0.1 s" in caplog.text
 
@@ -88,9 +87,7 @@ async def test_a_start_cut_off_by_the_startup_window_does_not_wait_for_its_stop(
         return consumers[-1]
 
     settings = FleetSettings(startup_timeout_s=0.2)
-    started = time.monotonic()
-    with pytest.raises(StartupTimedOut, match="joining the group"):
+    with pytest.raises(StartupTimedOut, match="joining the group"):  # wait_for: a guard against a hang
         await asyncio.wait_for(membership.started_consumer(settings, "worker", make), 5)  # type: ignore[arg-type]
-    assert time.monotonic() - started < 2
     assert consumers and all(consumer.stopping for consumer in consumers)
     assert "worker did not leave its group within 0.1 s" in caplog.text

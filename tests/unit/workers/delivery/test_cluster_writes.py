@@ -1,6 +1,6 @@
 """Result delivery on a Redis Cluster (workers/delivery/cluster_writes.py) without a server: each
 attempt sends only the commands still unanswered, and a reply goes out only for a written result.
-(Against a real cluster: tests/integration/fleet/stack/test_fleet_on_redis_cluster.py.)"""
+(Against a real cluster: tests/integration/fleet_dev/stack/test_fleet_on_redis_cluster.py.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,0 @@
-import sys
-
-from fleet.stack.cli import main
-
-sys.exit(main())
