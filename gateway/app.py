@@ -84,6 +84,7 @@ class GatewayApp(FastAPI):
 
     fast_routes: FastRoutes | None = None
     oip_routes: OipRoutes | None = None
+    grpc: GrpcServer | None = None  # served beside the app, on its own port, within its lifespan
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.oip_routes is not None and is_oip(scope):
@@ -171,6 +172,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     app.oip_routes = OipRoutes(service=oip, admission=admission, door=doors.v2, metrics=metrics,
                                internal_errors=internal_errors)
     grpc.serve(oip, admission, doors.v2)
+    app.grpc = grpc
     install_openapi(app)
     return app
 

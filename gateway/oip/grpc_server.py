@@ -167,6 +167,12 @@ class GrpcServer:
     def serve(self, service: OipService, admission: Admission, door: Door) -> None:
         self._servicer = Servicer(service, admission, door)
 
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's methods as the server runs them (what `start` registers)."""
+        if self._servicer is None:
+            raise RuntimeError("nothing to serve: serve() was not called")
+        return generic_handler(self._servicer)
+
     async def start(self) -> None:
         settings = self._settings
         if settings.grpc_port is None or self._servicer is None:
@@ -175,7 +181,7 @@ class GrpcServer:
                    ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
                    ("grpc.max_concurrent_streams", settings.grpc_max_streams), ("grpc.so_reuseport", 1)]
         server = grpc.aio.server(options=options, maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs)
-        server.add_generic_rpc_handlers((generic_handler(self._servicer),))
+        server.add_generic_rpc_handlers((self.handler(),))
         address = f"{_host(settings)}:{settings.grpc_port}"
         if server.add_insecure_port(address) == 0:
             raise OSError(f"gRPC cannot listen on {address}")
