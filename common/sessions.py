@@ -160,8 +160,7 @@ class SessionStore:
         entry = self._remembered.get(sid)
         if (entry is None or self._clock() - entry[1] > self.policy.outage_grace_s
                 or entry[0].ends_at_ms(self.policy) <= now_ms):
-            raise SessionsUnavailable(f"Redis does not answer ({type(exc).__name__}), so no session can be "
-                                      "checked; try again when it is back") from exc
+            raise SessionsUnavailable(f"session lookup failed ({type(exc).__name__})") from exc
         return replace(entry[0], remembered=True)
 
 

@@ -170,7 +170,8 @@ class Admission:
         except SessionsUnavailable as exc:
             if self._unavailable is not None:
                 self._unavailable("redis").inc()
-            return Refusal(Kind.unavailable, str(exc), self._retry_after_s, (("dependency", "redis"),))
+            return Refusal(Kind.unavailable, str(FleetUnavailable("redis", str(exc))), self._retry_after_s,
+                           (("dependency", "redis"),))
         if session is None:
             return self._unauthenticated("invalid", "the session has ended (signed out, expired or its key "
                                                     "revoked): sign in again")

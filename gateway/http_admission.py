@@ -8,11 +8,12 @@ and meet no admission; /metrics is the metrics tenants' door (not metered: a scr
 never refused for the tenants' quotas or the in-flight bound); every other path is /v1's door.
 """
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admission import Admission, Door
 from gateway.answers import send_refusal
 from gateway.docs_page import is_docs_path
+from gateway.limits import replayed
 from gateway.refusals import Refusal
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -46,19 +47,7 @@ class AdmitHttp:
                 await send_refusal(send, body)
                 return
             scope.setdefault("state", {})["caller"] = admitted.caller
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replayed(body, receive), send)
         finally:
             admitted.release()
 
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    delivered = False
-
-    async def replay() -> Message:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()  # after the body: wait for the disconnect as the app expects
-
-    return replay

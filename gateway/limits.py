@@ -4,7 +4,7 @@ process (`InFlight`, refused `busy`: 429) and the size of a request's body (`rea
 process, whichever entry point it came through."""
 
 from prometheus_client import Gauge
-from starlette.types import Receive
+from starlette.types import Message, Receive
 
 from gateway.refusals import Kind, Refusal
 
@@ -66,3 +66,18 @@ async def read_body(receive: Receive, declared: bytes | None, max_bytes: int) ->
             return None
         gathered += message.get("body", b"")
     return over_limit(max_bytes) if len(gathered) > max_bytes else bytes(gathered)
+
+
+def replayed(body: bytes, receive: Receive) -> Receive:
+    """`receive` for the app behind admission, which has read the whole body already: the body once,
+    then the channel itself (the app waits there for the client's disconnect)."""
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
