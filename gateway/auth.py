@@ -21,7 +21,7 @@ from fastapi import HTTPException, Request
 from redis.exceptions import RedisError
 
 from common.redis_cluster import AnyRedis
-from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
+from common.auth_keys import KeyRecord, KeysFileError, find_key, read_keys_file
 from common.logs import LogThrottle
 from gateway.errors import FleetUnavailable
 
@@ -114,13 +114,10 @@ class KeyDirectory:
         self._lookups = asyncio.Semaphore(MAX_CONCURRENT_LOOKUPS)
         self.grace = OutageGrace(outage_grace_s, clock)
 
-    async def lookup(self, key: str) -> KeyRecord | None:
-        """The key's record (revoked ones included), None for an unknown key; FleetUnavailable
-        when Redis does not answer in time."""
-        return await self.lookup_digest(key_digest(key))
-
     async def lookup_digest(self, digest: str) -> KeyRecord | None:
-        """`lookup` by the key's sha256, for a caller that holds the digest and not the key (a console session)."""
+        """The record (revoked ones included) of the key whose sha256 this is (the key is hashed at
+        once; a console session holds only the digest), None for an unknown key; FleetUnavailable
+        when Redis does not answer in time."""
         if self._file is not None and (record := self._file.get(digest)) is not None:
             return record
         cached = self._cache.get(digest)

@@ -35,7 +35,6 @@ from gateway.refusals import Refusal, Refused
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
-GRPC_PATH = "/v2/grpc"
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 Parsed = TypeVar("Parsed", bound=Message)
 CREDENTIALS = ("authorization", "x-api-key")
