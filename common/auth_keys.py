@@ -6,7 +6,8 @@ sha256(key) is ever stored: in the Redis hash `fleet:apikeys` (field: the hex di
 a JSON `KeyRecord`), or in a mounted keys file of `<sha256 hex> <tenant>` lines. A fast hash is
 enough here because the key is random, not a password a person chose: no dictionary to try.
 
-The gateway and `fleet keys` share this module, so both agree on the format and the storage.
+The gateway, the console and `fleet keys` share this module, so they agree on the format and the
+storage. Revoking a key also signs out every console session made with it (common/sessions.py).
 """
 
 import hashlib
@@ -18,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from common.redis_cluster import AnyRedis
+from common.sessions import end_sessions_of
 from schemas.names import API_KEYS_KEY
 
 KEY_PREFIX = "fk_"
@@ -94,13 +96,15 @@ async def list_keys(redis: AnyRedis, tenant: str | None = None) -> list[KeyRecor
 
 
 async def revoke_key(redis: AnyRedis, key_id: str, *, now_ms: int) -> KeyRecord | None:
-    """Mark the key with this id revoked (kept, so listings show it); None when no key has that id."""
+    """Mark the key with this id revoked (kept, so listings show it) and end every console session
+    signed in with it (common/sessions.py); None when no key has that id."""
     for digest, raw in (await redis.hgetall(API_KEYS_KEY)).items():
         record = decode_record(raw)
         if record is not None and record.key_id == key_id:
             if record.active:
                 record = record.model_copy(update={"revoked_ms": now_ms})
                 await redis.hset(API_KEYS_KEY, digest, record.model_dump_json())
+            await end_sessions_of(redis, key_id)
             return record
     return None
 

@@ -1,14 +1,15 @@
 """Answers the gateway writes straight onto the ASGI channel, without a framework in between.
 
-The admission checks (gateway/auth.py, gateway/quotas.py, gateway/limits.py) refuse a request
-with a `Refusal`, which both their ASGI middlewares and the fast path (gateway/fast_routes.py)
-send; the same refusal is therefore the same bytes whichever path answered.
+`send_refusal` is how /v1 says an admission refusal (gateway/refusals.py), on the fast path
+(gateway/fast_routes.py) and on the routes FastAPI serves (gateway/http_admission.py) alike:
+the same refusal is the same bytes whichever path answered.
 """
 
 import json
-from dataclasses import dataclass
 
 from starlette.types import Send
+
+from gateway.refusals import Refusal
 
 JSON_HEADER = (b"content-type", b"application/json")
 Headers = tuple[tuple[bytes, bytes], ...]
@@ -26,16 +27,9 @@ async def send_json(send: Send, status: int, content: dict[str, object],
     await send_body(send, status, json.dumps(content, ensure_ascii=True).encode(), tuple(headers or ()))
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A request turned away before any route ran: 401, 403, 413, 429 or 503."""
-
-    status: int
-    content: dict[str, object]
-    headers: Headers = ()
-
-    async def send(self, send: Send) -> None:
-        await send_json(send, self.status, self.content, list(self.headers))
+async def send_refusal(send: Send, refusal: Refusal) -> None:
+    """/v1's form of a refusal: its status, {"detail", "refusal": kind, facts...}, and its headers."""
+    await send_json(send, refusal.status, refusal.content(), refusal.http_headers())
 
 
 def retry_after(seconds: int) -> Headers:

@@ -9,18 +9,23 @@ Routes (OpenAPI at /docs):
   GET  /docs  /openapi.json         open to all: the API's documentation (gateway/docs_page.py)
   GET  /metrics                     only with a key of a tenant in `metrics_tenants`
 
-Every route but the probes and the docs needs an API key (gateway/auth.py); the tenant comes from the key,
-never from the body. The two model routes carry nearly all the traffic: they are served by the
-fast path (gateway/fast_routes.py) in front of FastAPI, which documents them and serves the rest;
-both run the same checks and give the same answers (gateway/model_requests.py). Bad input is a 4xx naming the field (gateway/body.py); a Kafka or Redis
-outage is 503 with Retry-After; too many requests in flight, in the process or of one tenant, 429
-(gateway/responses.py, gateway/limits.py, gateway/quotas.py).
+Every request but the probes and the docs meets one admission (gateway/admission.py): the API key,
+the tenant, its quota, the in-flight bound and the body limit, in that order, with one set of
+refusals (gateway/refusals.py). The tenant comes from the key, never from the body. The entry points
+share that admission and its state: the fast path (gateway/fast_routes.py) for the two model routes,
+which carry nearly all the traffic; one middleware for the routes FastAPI serves
+(gateway/http_admission.py), FastAPI documenting the model routes too; the Open Inference Protocol's
+REST routes (gateway/oip/rest.py) and its gRPC service (gateway/oip/grpc_server.py). After admission,
+the model routes give the same answers on either path (gateway/model_requests.py): bad input is a 4xx
+naming the field (gateway/body.py), a Kafka or Redis outage 503 with Retry-After
+(gateway/responses.py).
 """
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request, Security
@@ -30,19 +35,21 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from gateway.auth import Authenticate, Caller, Gatekeeper, KeyDirectory, caller_of
+from gateway.admission import Admission, Door
+from gateway.auth import Caller, KeyDirectory, caller_of
 from gateway.body import InferBody
 from gateway.client import FleetClient
 from gateway.docs_page import OPENAPI_PATH, install_docs
 from gateway.fast_routes import FastRoutes, fast_route
-from gateway.limits import BodyLimit, InFlight, InFlightLimit
+from gateway.http_admission import AdmitHttp
+from gateway.limits import InFlight
 from gateway.metrics import GatewayMetrics
 from gateway.oip.grpc_server import GrpcServer
 from gateway.oip.openapi import install_openapi
 from gateway.oip.rest import OipRoutes, is_oip
 from gateway.oip.service import OipService
 from gateway.model_requests import INFER_ROUTE, SUBMIT_ROUTE, ModelRequests
-from gateway.quotas import QuotaBook, TenantQuotas
+from gateway.quotas import QuotaBook
 from gateway.tenant_usage import UsageTally, publish_usage
 from gateway.readiness import Readiness
 from gateway.responses import InternalErrors, Outcomes, SafeJSONResponse, install_error_handlers
@@ -54,7 +61,7 @@ __all__ = ["GatewayApp", "GatewayMetrics", "create_app", "gateway_client"]
 log = logging.getLogger("gateway")
 
 READY_TIMEOUT_S = 2.0
-# Documents the credentials in OpenAPI; gateway/auth.py checks them before any route runs.
+# Documents the credentials in OpenAPI; admission (gateway/http_admission.py) checks them before any route runs.
 KEY_SCHEMES = [Security(HTTPBearer(auto_error=False)), Security(APIKeyHeader(name="X-API-Key", auto_error=False))]
 BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {"schema": InferBody.model_json_schema()}}}}
 INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -77,6 +84,7 @@ class GatewayApp(FastAPI):
 
     fast_routes: FastRoutes | None = None
     oip_routes: OipRoutes | None = None
+    grpc: GrpcServer | None = None  # served beside the app, on its own port, within its lifespan
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.oip_routes is not None and is_oip(scope):
@@ -142,16 +150,8 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     usage = UsageTally()
     lifespan = _lifespan(settings, fleet, metrics, grpc, auth_on=directory is not None, usage=usage)
 
-    # The checks and their state, shared by the FastAPI middlewares and the fast path.
-    gatekeeper = Gatekeeper(directory, metrics_tenants=frozenset(settings.metrics_tenants),
-                            failures=metrics.auth_failures, unavailable=metrics.unavailable,
-                            retry_after_s=settings.retry_after_s)
-    quotas = QuotaBook(settings.quota_of, metrics.quota_rejections, retry_after_s=settings.retry_after_s, usage=usage)
-    # One process reads its count when scraped; processes summed from files must write it as it changes.
-    in_flight = InFlight(settings.max_in_flight, settings.retry_after_s,
-                         metrics.in_flight if metrics.multiprocess else None)
-    if not metrics.multiprocess:
-        metrics.in_flight.set_function(lambda: in_flight.count)
+    admission = gateway_admission(settings, directory, metrics, usage)
+    doors = gateway_doors(settings)
     internal_errors = InternalErrors(metrics.internal_errors, settings.retry_after_s)
     model_requests = ModelRequests(settings, fleet, metrics)
 
@@ -162,23 +162,50 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     app.include_router(model_routes(model_requests))
     app.include_router(ops_routes(fleet, metrics, auth_required=directory is not None))
     install_error_handlers(app, metrics.unavailable_of, settings.retry_after_s)
-    # Added innermost first: a request meets Outcomes, Authenticate, TenantQuotas, InFlightLimit, BodyLimit.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(InFlightLimit, in_flight=in_flight)
-    app.add_middleware(TenantQuotas, book=quotas)
-    app.add_middleware(Authenticate, gatekeeper=gatekeeper)
+    # Added innermost first: a request meets Outcomes (counts, and answers a bug with 503), then admission.
+    app.add_middleware(AdmitHttp, admission=admission, v1=doors.v1, metrics=doors.metrics)
     app.add_middleware(Outcomes, requests=metrics.requests_of, internal_errors=internal_errors)
     if settings.fast_routes:
-        app.fast_routes = FastRoutes(gatekeeper=gatekeeper, quotas=quotas, in_flight=in_flight,
-                                     max_body_bytes=settings.max_body_bytes, requests=model_requests, metrics=metrics,
+        app.fast_routes = FastRoutes(admission=admission, door=doors.v1, requests=model_requests, metrics=metrics,
                                      internal_errors=internal_errors, retry_after_s=settings.retry_after_s)
     oip = OipService(settings, fleet, metrics)
-    app.oip_routes = OipRoutes(service=oip, gatekeeper=gatekeeper, quotas=quotas, in_flight=in_flight,
-                               max_body_bytes=settings.oip_max_body_bytes, metrics=metrics,
+    app.oip_routes = OipRoutes(service=oip, admission=admission, door=doors.v2, metrics=metrics,
                                internal_errors=internal_errors)
-    grpc.serve(oip, gatekeeper, quotas, in_flight)
+    grpc.serve(oip, admission, doors.v2)
+    app.grpc = grpc
     install_openapi(app)
     return app
+
+
+@dataclass(frozen=True)
+class GatewayDoors:
+    """The gateway's doors (gateway/admission.py `Door`): /v1, /v2 (REST and gRPC), /metrics."""
+
+    v1: Door
+    v2: Door
+    metrics: Door
+
+
+def gateway_doors(settings: GatewaySettings) -> GatewayDoors:
+    return GatewayDoors(
+        v1=Door("v1", settings.max_body_bytes),
+        v2=Door("v2", settings.oip_max_body_bytes),
+        metrics=Door("metrics", settings.max_body_bytes, metered=False, tenants=frozenset(settings.metrics_tenants),
+                     not_for="/metrics needs a key of a metrics tenant"))
+
+
+def gateway_admission(settings: GatewaySettings, directory: KeyDirectory | None, metrics: GatewayMetrics,
+                      usage: UsageTally) -> Admission:
+    """The one admission of the process and its state, shared by every entry point."""
+    quotas = QuotaBook(settings.quota_of, metrics.quota_rejections, retry_after_s=settings.retry_after_s, usage=usage)
+    # One process reads its count when scraped; processes summed from files must write it as it changes.
+    in_flight = InFlight(settings.max_in_flight, settings.retry_after_s,
+                         metrics.in_flight if metrics.multiprocess else None)
+    if not metrics.multiprocess:
+        metrics.in_flight.set_function(lambda: in_flight.count)
+    return Admission(directory, quotas=quotas, in_flight=in_flight, reserved=frozenset(settings.metrics_tenants),
+                     reserved_for="this key may only read /metrics", retry_after_s=settings.retry_after_s,
+                     failures=metrics.auth_failures, unavailable=metrics.unavailable)
 
 
 def key_directory(settings: GatewaySettings, fleet: FleetClient) -> KeyDirectory | None:

@@ -1,10 +1,10 @@
-"""Who is calling: the API key a request presents, resolved to its tenant before anything else runs.
+"""Who is calling: the API key a request presents, and the key's record (its tenant), looked up
+in the keys file and in Redis.
 
-Every path but /healthz and /readyz needs a key, as `Authorization: Bearer <key>` or
-`X-API-Key: <key>`. Missing, unknown or revoked: 401 with `WWW-Authenticate: Bearer`, the
-same answer for each, so a caller learns nothing about keys it does not hold. A key lookup
-Redis cannot answer is 503 with Retry-After: an unverified caller is never let in.
-/metrics takes only keys of the tenants in `metrics_tenants`, and those keys take nothing else.
+This module answers "which key, whose is it"; gateway/admission.py decides what follows from the
+answer (refused or let in, in its one order), for every entry point alike. A key comes as
+`Authorization: Bearer <key>` or `X-API-Key: <key>` (gRPC metadata of the same names), or, in the
+console, from the server-side session it signed in (common/sessions.py).
 
 Lookups are reused for at most `auth_cache_s` (0.5 s): a revoked key is refused within it.
 The key itself is hashed at once and never logged, stored or echoed.
@@ -18,28 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import HTTPException, Request
-from prometheus_client import Counter
 from redis.exceptions import RedisError
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from common.redis_cluster import AnyRedis
-from common.auth_keys import KeyRecord, KeysFileError, find_key, key_digest, read_keys_file
+from common.auth_keys import KeyRecord, KeysFileError, find_key, read_keys_file
 from common.logs import LogThrottle
-from gateway.answers import Refusal, retry_after
-from gateway.docs_page import is_docs_path
 from gateway.errors import FleetUnavailable
-from gateway.metrics import Children
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-METRICS_PATH = "/metrics"
-MAX_KEY_CHARS = 256
+MAX_KEY_CHARS = 256  # a longer "key" is refused unread: no key the fleet makes is that long
 MAX_CACHED = 10_000
 # Redis lookups at once: a flood of new keys must not take every connection of the client's pool
 # (100), which the reply reader and result lookups share.
 MAX_CONCURRENT_LOOKUPS = 16
-CHALLENGE = ((b"www-authenticate", b"Bearer"),)
 
 
 @dataclass(frozen=True)
@@ -122,10 +114,10 @@ class KeyDirectory:
         self._lookups = asyncio.Semaphore(MAX_CONCURRENT_LOOKUPS)
         self.grace = OutageGrace(outage_grace_s, clock)
 
-    async def lookup(self, key: str) -> KeyRecord | None:
-        """The key's record (revoked ones included), None for an unknown key; FleetUnavailable
+    async def lookup_digest(self, digest: str) -> KeyRecord | None:
+        """The record (revoked ones included) of the key whose sha256 this is (the key is hashed at
+        once; a console session holds only the digest), None for an unknown key; FleetUnavailable
         when Redis does not answer in time."""
-        digest = key_digest(key)
         if self._file is not None and (record := self._file.get(digest)) is not None:
             return record
         cached = self._cache.get(digest)
@@ -203,69 +195,9 @@ class OutageGrace:
         return entry[1]
 
 
-class Gatekeeper:
-    """Who a request is, or why it is turned away: 401 (missing, unknown, revoked key), 403 (a
-    metrics key off /metrics, or another key on it), 503 (Redis cannot say). Used by the
-    `Authenticate` middleware and by the fast path alike; None as `directory` lets everyone in."""
-
-    def __init__(self, directory: KeyDirectory | None, *, metrics_tenants: frozenset[str], failures: Counter,
-                 unavailable: Counter, retry_after_s: int) -> None:
-        self.directory = directory
-        self.metrics_tenants = metrics_tenants
-        self._failures = Children(failures)
-        self._unavailable = Children(unavailable)
-        self._retry_after = retry_after(retry_after_s)
-
-    async def check(self, path: str, headers: list[tuple[bytes, bytes]]) -> Caller | Refusal:
-        if self.directory is None:
-            return ANONYMOUS
-        try:
-            key = presented_key(headers)
-        except AmbiguousKey as exc:
-            return self._refuse(401, "invalid", f"send one API key: {exc}")
-        if key is None:
-            return self._refuse(401, "missing", "an API key is required: 'Authorization: Bearer <key>' "
-                                "or 'X-API-Key: <key>'")
-        if len(key) > MAX_KEY_CHARS:
-            return self._refuse(401, "invalid", "unknown or revoked API key")
-        try:
-            record = await self.directory.lookup(key)
-        except FleetUnavailable as exc:
-            self._unavailable(exc.dependency).inc()
-            return Refusal(503, {"detail": str(exc), "dependency": exc.dependency}, self._retry_after)
-        if record is None or not record.active:
-            return self._refuse(401, "invalid", "unknown or revoked API key")
-        if (path == METRICS_PATH) != (record.tenant in self.metrics_tenants):
-            detail = "/metrics needs a key of a metrics tenant" if path == METRICS_PATH else "this key may only read /metrics"
-            return self._refuse(403, "forbidden", detail)
-        return Caller(tenant=record.tenant, key_id=record.key_id)
-
-    def _refuse(self, status: int, reason: str, detail: str) -> Refusal:
-        self._failures(reason).inc()
-        return Refusal(status, {"detail": detail}, CHALLENGE if status == 401 else ())
-
-
-class Authenticate:
-    """ASGI middleware: sets the request's `Caller` (scope state "caller") or sends the gatekeeper's refusal."""
-
-    def __init__(self, app: ASGIApp, gatekeeper: Gatekeeper) -> None:
-        self.app = app
-        self.gatekeeper = gatekeeper
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or is_docs_path(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        caller = await self.gatekeeper.check(scope["path"], scope["headers"])
-        if isinstance(caller, Refusal):
-            await caller.send(send)
-            return
-        scope.setdefault("state", {})["caller"] = caller
-        await self.app(scope, receive, send)
-
-
 def caller_of(request: Request) -> Caller:
-    """The request's caller as `Authenticate` found it; a route it did not run for lets no one in."""
+    """The request's caller as admission found it (gateway/http_admission.py); a route it did not
+    run for lets no one in."""
     caller = getattr(request.state, "caller", None)
     if not isinstance(caller, Caller):
         raise HTTPException(401, "an API key is required", headers={"WWW-Authenticate": "Bearer"})

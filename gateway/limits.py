@@ -1,27 +1,22 @@
-"""What keeps the gateway within its limits: request bodies over a byte limit are 413 before
-anything parses them, and requests beyond the in-flight cap are 429.
-
-`InFlight` and `read_body` are the checks themselves; `InFlightLimit` and `BodyLimit` are the
-ASGI middlewares that run them for the FastAPI routes. The fast path (gateway/fast_routes.py)
-runs the same checks on the same `InFlight`, so one cap counts every /v1 request."""
+"""The gateway's bounds on itself, as two steps of gateway/admission.py: requests in flight in the
+process (`InFlight`, refused `busy`: 429) and the size of a request's body (`read_body`, refused
+`too_large`: 413 before anything parses it). One `InFlight` counts every admitted request of the
+process, whichever entry point it came through."""
 
 from prometheus_client import Gauge
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive
 
-from gateway.answers import Refusal, retry_after
-
-PREFIX = "/v1/"
+from gateway.refusals import Kind, Refusal
 
 
 class InFlight:
-    """At most `max_in_flight` requests at once; more are refused with 429 and Retry-After."""
+    """At most `max_in_flight` requests at once; more are refused `busy` with Retry-After."""
 
     def __init__(self, max_in_flight: int, retry_after_s: int, gauge: Gauge | None = None) -> None:
         self.max_in_flight = max_in_flight
         self.count = 0
         self._gauge = gauge
-        self._full = Refusal(429, {"detail": f"over {max_in_flight} requests in flight; retry later"},
-                             retry_after(retry_after_s))
+        self._full = Refusal(Kind.busy, f"over {max_in_flight} requests in flight; retry later", retry_after_s)
 
     def enter(self) -> Refusal | None:
         """None when the request may go on (call `leave()` once it is answered), else the refusal."""
@@ -50,11 +45,11 @@ def declared_length(headers: list[tuple[bytes, bytes]]) -> bytes | None:
 
 def over_limit(max_bytes: int, size: int | None = None) -> Refusal:
     what = "request body" if size is None else f"request body of {size} bytes"
-    return Refusal(413, {"detail": f"{what} is over the limit of {max_bytes} bytes"})
+    return Refusal(Kind.too_large, f"{what} is over the limit of {max_bytes} bytes")
 
 
 async def read_body(receive: Receive, declared: bytes | None, max_bytes: int) -> bytes | Refusal | None:
-    """The whole body (it is small by definition), the 413 refusal once it is too large, declared
+    """The whole body (it is small by definition), the refusal once it is too large, declared
     or counted (a chunked body has no Content-Length), or None when the client went away first."""
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         return over_limit(max_bytes, int(declared))
@@ -73,28 +68,9 @@ async def read_body(receive: Receive, declared: bytes | None, max_bytes: int) ->
     return over_limit(max_bytes) if len(gathered) > max_bytes else bytes(gathered)
 
 
-class BodyLimit:
-    """Reads the whole body before the app sees it, so a chunked body without Content-Length is
-    refused with the same 413 as a declared one."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        body = await read_body(receive, declared_length(scope["headers"]), self.max_bytes)
-        if body is None:
-            return  # the client went away before sending its body
-        if isinstance(body, Refusal):
-            await body.send(send)
-            return
-        await self.app(scope, _replay(body, receive), send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replayed(body: bytes, receive: Receive) -> Receive:
+    """`receive` for the app behind admission, which has read the whole body already: the body once,
+    then the channel itself (the app waits there for the client's disconnect)."""
     delivered = False
 
     async def replay() -> Message:
@@ -102,27 +78,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         if not delivered:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()  # after the body: wait for the disconnect as the app expects
+        return await receive()
 
     return replay
-
-
-class InFlightLimit:
-    """Runs `InFlight` for every request under `prefix`."""
-
-    def __init__(self, app: ASGIApp, in_flight: InFlight, prefix: str = PREFIX) -> None:
-        self.app = app
-        self.in_flight = in_flight
-        self.prefix = prefix
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
-            await self.app(scope, receive, send)
-            return
-        if (refusal := self.in_flight.enter()) is not None:
-            await refusal.send(send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight.leave()

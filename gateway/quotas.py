@@ -1,12 +1,10 @@
 """Per-tenant quotas: a request rate (token bucket) and a number of requests in flight.
 
-Beyond either, the tenant's request is 429 with Retry-After and counted in
-`fleet_gateway_quota_rejections{tenant, kind}` (kind `rate` or `waits`); other tenants keep
-their own budgets. They apply after authentication, to the tenant it found; with
-authentication switched off there is no tenant and only the process-wide in-flight cap applies.
-
-`QuotaBook` keeps the budgets; `TenantQuotas` is the ASGI middleware that consults it for the
-FastAPI routes, and the fast path (gateway/fast_routes.py) consults the same book.
+Beyond either, the tenant's request is refused `over_quota` (429 with Retry-After, gateway/refusals.py)
+and counted in `fleet_gateway_quota_rejections{tenant, kind}` (kind `rate` or `waits`); other
+tenants keep their own budgets. The book is one step of gateway/admission.py, after the tenant is
+known; with authentication switched off there is no tenant and only the process-wide in-flight
+bound applies.
 """
 
 import math
@@ -14,12 +12,9 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import Counter
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.answers import Refusal, retry_after
-from gateway.auth import Caller
-from gateway.limits import PREFIX
 from gateway.metrics import Children
+from gateway.refusals import Kind, Refusal
 from gateway.settings import TenantQuota
 from gateway.tenant_usage import UsageTally
 
@@ -33,14 +28,17 @@ class TokenBucket:
         self.tokens = float(burst)
         self.updated = now
 
-    def take(self, now: float) -> float:
-        """0 when a token was taken, else the seconds until one will be there."""
+    def wait_for(self, now: float, count: int = 1) -> float:
+        """0 when `count` tokens are there (nothing is taken yet), else the seconds until they will be."""
         self.tokens = min(float(self.burst), self.tokens + (now - self.updated) * self.rate)
         self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
+        return 0.0 if self.tokens >= count else (count - self.tokens) / self.rate
+
+    def take(self, now: float, count: int = 1) -> float:
+        """0 when `count` tokens were taken, else the seconds until they will be there (none is taken)."""
+        if (wait_s := self.wait_for(now, count)) == 0:
+            self.tokens -= count
+        return wait_s
 
 
 class _Budget:
@@ -67,49 +65,30 @@ class QuotaBook:
         # as the fleet has issued, as in the rejections metric itself.
         self._budgets: dict[str, _Budget] = {}
 
-    def enter(self, tenant: str) -> Refusal | None:
-        """None when the tenant's request may go on (call `leave(tenant)` once it is answered), else the 429."""
+    def enter(self, tenant: str, rows: int = 1) -> Refusal | None:
+        """None when the tenant's `rows` requests may go on (call `leave(tenant, rows)` once they are
+        answered), else the refusal; all of them or none."""
         budget = self._budgets.get(tenant)
         if budget is None:
             budget = self._budgets[tenant] = _Budget(self._quota_of(tenant), self._clock())
-        if (wait_s := budget.bucket.take(self._clock())) > 0:
-            return self._refuse(tenant, "rate", f"tenant {tenant} is over {budget.bucket.rate:g} requests per second",
-                                max(math.ceil(wait_s), 1))
-        if budget.in_flight >= budget.max_waits:
+        bucket = budget.bucket
+        if (wait_s := bucket.wait_for(self._clock(), rows)) > 0:
+            detail = f"tenant {tenant} is over {bucket.rate:g} requests per second"
+            if rows > bucket.burst:
+                detail = f"a call of {rows} rows is over tenant {tenant}'s burst of {bucket.burst} requests"
+            return self._refuse(tenant, "rate", detail, max(math.ceil(wait_s), 1))
+        if budget.in_flight + rows > budget.max_waits:
             return self._refuse(tenant, "waits", f"tenant {tenant} has {budget.max_waits} requests in flight already",
                                 self._retry_after_s)
-        budget.in_flight += 1
-        self.usage.count(tenant)
+        bucket.tokens -= rows  # only now: a call refused for its waits spends none of the rate
+        budget.in_flight += rows
+        self.usage.count(tenant, count=rows)
         return None
 
-    def leave(self, tenant: str) -> None:
-        self._budgets[tenant].in_flight -= 1
+    def leave(self, tenant: str, rows: int = 1) -> None:
+        self._budgets[tenant].in_flight -= rows
 
     def _refuse(self, tenant: str, kind: str, detail: str, retry_after_s: int) -> Refusal:
         self._rejections(tenant, kind).inc()
         self.usage.count(tenant, kind)
-        return Refusal(429, {"detail": f"{detail}; retry later", "quota": kind}, retry_after(retry_after_s))
-
-
-class TenantQuotas:
-    """Runs the `QuotaBook` for every request under `prefix` that `Authenticate` found a tenant for."""
-
-    def __init__(self, app: ASGIApp, book: QuotaBook, prefix: str = PREFIX) -> None:
-        self.app = app
-        self.book = book
-        self.prefix = prefix
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        caller = scope.get("state", {}).get("caller")
-        if (scope["type"] != "http" or not scope["path"].startswith(self.prefix) or not isinstance(caller, Caller)
-                or caller.tenant is None):
-            await self.app(scope, receive, send)
-            return
-        tenant = caller.tenant
-        if (refusal := self.book.enter(tenant)) is not None:
-            await refusal.send(send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.book.leave(tenant)
+        return Refusal(Kind.over_quota, f"{detail}; retry later", retry_after_s, (("quota", kind),))

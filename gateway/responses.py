@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.answers import retry_after, send_json
 from gateway.errors import FleetUnavailable, Overloaded
+from gateway.refusals import Kind, Refusal
 from schemas.wire import Result
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ class ErrorAnswer:
 
 def error_answer(exc: Exception, unavailable: Callable[[str], Counter], retry_after_s: int) -> ErrorAnswer | None:
     """The answer to an exception a route raised on purpose: bad input (HTTPException,
-    RequestValidationError), an outage (FleetUnavailable, counted), too many waits (Overloaded);
+    RequestValidationError), an outage (FleetUnavailable, counted), too many waits (Overloaded, the
+    `busy` refusal of gateway/refusals.py);
     None for any other exception, which is a bug (see `Outcomes`). FastAPI's exception handlers and
     the fast path both answer through this, so a route gives the same answer on either path."""
     if isinstance(exc, RequestValidationError):
@@ -96,8 +98,10 @@ def error_answer(exc: Exception, unavailable: Callable[[str], Counter], retry_af
         unavailable(exc.dependency).inc()
         return ErrorAnswer(503, {"detail": str(exc), "dependency": exc.dependency},
                            {"Retry-After": str(retry_after_s)})
-    if isinstance(exc, Overloaded):
-        return ErrorAnswer(429, {"detail": str(exc)}, {"Retry-After": str(retry_after_s)})
+    if isinstance(exc, Overloaded):  # the reply waiter's bound: the process is as busy as admission's `busy`
+        busy = Refusal(Kind.busy, str(exc), retry_after_s)
+        return ErrorAnswer(busy.status, busy.content(), {name.decode(): value.decode()
+                                                         for name, value in busy.http_headers()})
     return None
 
 

@@ -45,7 +45,8 @@ class GatewaySettings(ClientSettings, OipSettings):
     max_timeout_ms: int = Field(60_000, gt=0, le=600_000, description="A longer `timeout_ms` is 422")
     gateway_workers: int = Field(1, ge=1, le=64, description="Gateway processes on the one port (`fleet-gateway "
                                  "--workers N` sets it too); each has its own reply stream and 1/N of every quota")
-    max_in_flight: int = Field(1000, ge=1, description="Concurrent /v1 requests per process; more are 429")
+    max_in_flight: int = Field(1000, ge=1, description="Requests in flight per process, every entry point together "
+                               "(/v1, /v2, gRPC); more are refused `busy` (429)")
     fast_routes: bool = Field(True, description="Serve POST /v1/models/{model}/infer and /requests by the gateway's "
                               "own fast path (gateway/fast_routes.py); false sends them through FastAPI like the "
                               "other routes: the same answers at several times the CPU")

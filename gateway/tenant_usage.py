@@ -26,14 +26,14 @@ class UsageTally:
         self._max_tenants = max_tenants
         self.left_out = 0  # counts dropped because too many tenants called between two flushes
 
-    def count(self, tenant: str, kind: str = ADMITTED) -> None:
+    def count(self, tenant: str, kind: str = ADMITTED, count: int = 1) -> None:
         kinds = self._counts.get(tenant)
         if kinds is None:
             if len(self._counts) >= self._max_tenants:
                 self.left_out += 1
                 return
             kinds = self._counts[tenant] = Counter()
-        kinds[kind] += 1
+        kinds[kind] += count
 
     def take(self) -> dict[str, Counter[str]]:
         counts, self._counts = self._counts, {}

@@ -1,10 +1,10 @@
-"""`create_app`: the console's FastAPI app: login, pages, changes, vendored static files, and
-failures said in words (never a stack trace)."""
+"""`create_app`: the console's FastAPI app: sign-in, pages, changes, vendored static files, and
+failures said in words (never a stack trace). Every request but sign-in, sign-out and the static
+files meets admission first (fleet/console/admission.py)."""
 
 from __future__ import annotations
 
 import logging
-from urllib.parse import quote
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,13 +19,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.clients import redis_client
 from fleet.console import actions, pages, tracing_pages
-from fleet.console.access import COOKIE, Gate, Refused
+from fleet.console.access import COOKIE, ConsoleAccess
+from fleet.console.admission import AdmitConsole, login_page, not_signed_in, refusal_page
 from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.serving_history import ServingHistory
 from fleet.console.settings import ConsoleSettings
 from fleet.console.web import (HERE, Console, Forbidden, NotSignedIn, back, console_of, read_form, render,
                                same_origin)
+from gateway import Refusal
 from models import RegistryError
 from versions import PointerError
 
@@ -43,8 +45,8 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = redis_client(settings, socket_connect_timeout=1, socket_timeout=2)
-        console = Console(settings, redis, Gate(settings), LagMonitor(settings), DeadLetterShelf(settings),
-                          ServingHistory(settings))
+        console = Console(settings, redis, ConsoleAccess(settings, redis), LagMonitor(settings),
+                          DeadLetterShelf(settings), ServingHistory(settings))
         app.state.console = console
         if sample_lag:
             console.monitor.start()
@@ -65,7 +67,8 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
     app.include_router(actions.router)
     _install_handlers(app)
 
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(AdmitConsole)
+    app.add_middleware(SecurityHeaders)  # outermost: admission's refusal pages get the headers too
     return app
 
 
@@ -92,27 +95,31 @@ def _sign_in_routes() -> APIRouter:
     router = APIRouter()
 
     @router.get("/login", response_class=HTMLResponse)
-    async def login_page(request: Request) -> HTMLResponse:
-        return render(request, "login.html", None, why=request.query_params.get("why", "")[:300])
+    async def sign_in_page(request: Request) -> HTMLResponse:
+        return login_page(request, request.query_params.get("why", "")[:300])
 
     @router.post("/login")
     async def login(request: Request) -> Response:
         console = console_of(request)
         same_origin(request)  # no other site's page signs this browser in with a key of its choosing
         key = (await read_form(request)).one("key")
-        try:
-            operator = await console.gate.admit(console.redis, key)
-        except Refused as exc:
-            return render(request, "login.html", None, status_code=401, why=str(exc))
+        signed_in = await console.access.sign_in(key)
+        if isinstance(signed_in, Refusal):
+            return refusal_page(request, signed_in)
+        token, tenant, key_id = signed_in
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, key, httponly=True, samesite="strict", secure=console.settings.console_https,
-                            path="/")
-        log.info("console sign-in: tenant %s, key %s, role %s", operator.tenant, operator.key_id, operator.role)
+        # The session ends on the server; the cookie's age only spares the browser a token that cannot be good.
+        response.set_cookie(COOKIE, token, max_age=int(console.settings.console_session_max_s), httponly=True,
+                            samesite="strict", secure=console.settings.console_https, path="/")
+        log.info("console sign-in: tenant %s, key %s, role %s", tenant, key_id, console.access.roles[tenant])
         return response
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
         same_origin(request)
+        token = request.cookies.get(COOKIE)
+        if token:
+            await console_of(request).access.sessions.end(token)  # this browser's session only
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -121,12 +128,8 @@ def _sign_in_routes() -> APIRouter:
 
 def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(NotSignedIn)
-    async def not_signed_in(request: Request, exc: NotSignedIn) -> Response:
-        if request.headers.get("hx-request"):
-            return Response(status_code=401, headers={"HX-Redirect": "/login"})
-        if request.method != "GET":
-            return render(request, "login.html", None, status_code=401, why=exc.why)
-        return RedirectResponse(f"/login?why={quote(exc.why[:200])}", status_code=303)
+    async def no_operator(request: Request, exc: NotSignedIn) -> Response:
+        return not_signed_in(request, exc.why)
 
     @app.exception_handler(Forbidden)
     async def forbidden(request: Request, exc: Forbidden) -> Response:

@@ -50,21 +50,21 @@ async def _overview_context(request: Request) -> tuple[Gathered, dict[str, objec
 
 @router.get("/", response_class=HTMLResponse)
 async def overview_page(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     gathered, context = await _overview_context(request)
     return render(request, "overview.html", operator, outages=gathered.outages, **context)
 
 
 @router.get("/live/overview", response_class=HTMLResponse)
 async def overview_live(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     gathered, context = await _overview_context(request)
     return render(request, "overview_live.html", operator, outages=gathered.outages, **context)
 
 
 @router.get("/versions", response_class=HTMLResponse)
 async def versions_page(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     console = console_of(request)
     registry = ModelRegistry(console.settings.registry_dir)
     gathered = Gathered()
@@ -84,7 +84,7 @@ async def versions_page(request: Request) -> HTMLResponse:
 
 @router.get("/workers", response_class=HTMLResponse)
 async def workers_page(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     gathered = Gathered()
     console = console_of(request)
     workers = await gathered.read("Redis", "workers", list_workers(console.redis), [])
@@ -98,7 +98,7 @@ async def workers_page(request: Request) -> HTMLResponse:
 
 @router.get("/tenants", response_class=HTMLResponse)
 async def tenants_page(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     gathered = Gathered()
     records = await gathered.read("Redis", "keys", list_keys(console_of(request).redis), [])
     usage = await gathered.read("Redis", "quota use and refusals", read_usage(console_of(request).redis, time.time()), {})
@@ -117,7 +117,7 @@ def _letter_row(entry: DeadLetterEntry, replayed: str) -> dict[str, object]:
 
 @router.get("/dlq", response_class=HTMLResponse)
 async def dlq_page(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     console = console_of(request)
     model = request.query_params.get("model") or None
     code = request.query_params.get("code") or None
@@ -141,7 +141,7 @@ async def dlq_page(request: Request) -> HTMLResponse:
 
 @router.get("/dlq/letter/{ref}", response_class=HTMLResponse)
 async def letter_page(request: Request, ref: str) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     console = console_of(request)
     gathered = Gathered()
     every = await gathered.read("Kafka", "the dead letter", console.letters.entries(), [])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ class ServingHistory:
         """Columns for uPlot, keyed by COLUMNS."""
         points = list(self.history.get(model, ()))
         return {"t": [p.at_s for p in points], "per_s": [p.per_s for p in points],
-                "p99_ms": [p.p99_ms for p in points], "batch": [p.batch for p in points],
+                "p99_ms": [_finite(p.p99_ms) for p in points], "batch": [p.batch for p in points],
                 "max_batch": [None if p.max_batch is None else float(p.max_batch) for p in points]}
 
     async def sample(self, redis: AnyRedis, memory: ThroughputMemory, now_s: float) -> None:
@@ -93,3 +94,9 @@ class ServingHistory:
             except Exception as exc:  # a Redis outage is said by the page's own reads; sampling goes on
                 log.debug("serving history sample failed: %s", type(exc).__name__)
             await asyncio.sleep(self.settings.console_lag_sample_s)
+
+
+def _finite(value: float | None) -> float | None:
+    """A p99 above the stats' last latency bound is infinite, which JSON cannot carry: the page would
+    fail to read every plot. It shows as a gap."""
+    return value if value is None or math.isfinite(value) else None

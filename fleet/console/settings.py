@@ -28,8 +28,16 @@ class ConsoleSettings(FleetSettings):
     console_history_points: int = Field(1200, ge=10, le=100_000, description="Samples kept per consumer group "
                                         "(lag) and per model (throughput, p99, batch size) for the overview's "
                                         "plots (1200 at 3 s: the last hour)")
-    console_offline_grace_s: float = Field(300.0, ge=0, description="While Redis is down, a key checked within this "
-                                           "long stays signed in (no key can be revoked while Redis is down)")
+    console_offline_grace_s: float = Field(300.0, ge=0, description="While Redis is down, a session and key checked "
+                                           "within this long stay signed in (no key can be revoked while Redis is "
+                                           "down)")
+    console_session_idle_s: float = Field(1800.0, ge=10, description="A session with no request for this long is "
+                                          "signed out (the overview's own refreshes do not count)")
+    console_session_max_s: float = Field(43_200.0, ge=60, description="A session is signed out this long after "
+                                         "sign-in, however active")
+    console_sessions_per_key: int = Field(10, ge=1, le=1000, description="Sessions one key may hold at once; "
+                                          "signing in once more signs the oldest out")
+    console_max_in_flight: int = Field(64, ge=1, description="Console requests answered at once; more are 429")
 
     def tenant_roles(self) -> dict[str, Role]:
         roles: dict[str, Role] = {}

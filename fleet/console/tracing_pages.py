@@ -31,14 +31,14 @@ RECENT_TRACES = 50  # per partition of fleet.trace
 @router.get("/shadow", response_class=HTMLResponse)
 async def shadow_page(request: Request) -> HTMLResponse:
     """The page at once; each model's report fills in after (it reads the comparisons topic)."""
-    operator = await operator_of(request)
+    operator = operator_of(request)
     models = registered_models(ModelRegistry(console_of(request).settings.registry_dir))
     return render(request, "shadow.html", operator, models=models)
 
 
 @router.get("/live/shadow/{model}", response_class=HTMLResponse)
 async def shadow_report(request: Request, model: str) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     gathered = Gathered()
     mine: list[Comparison] = []
     built = await gathered.read("Kafka or Redis", "shadow comparisons",
@@ -66,7 +66,7 @@ async def _traces(request: Request) -> tuple[Gathered, list[str]]:
 @router.get("/debug", response_class=HTMLResponse)
 async def debug_page(request: Request) -> HTMLResponse:
     """The switches at once; the traces fill in after, and refresh every 3 s (they read fleet.trace)."""
-    operator = await operator_of(request)
+    operator = operator_of(request)
     console = console_of(request)
     gathered = Gathered()
     switches = []
@@ -78,6 +78,6 @@ async def debug_page(request: Request) -> HTMLResponse:
 
 @router.get("/live/debug", response_class=HTMLResponse)
 async def debug_live(request: Request) -> HTMLResponse:
-    operator = await operator_of(request)
+    operator = operator_of(request)
     gathered, lines = await _traces(request)
     return render(request, "debug_traces.html", operator, outages=gathered.outages, traces=lines)

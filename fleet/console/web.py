@@ -8,13 +8,12 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Request
-from starlette.exceptions import HTTPException
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from common.redis_cluster import AnyRedis
 from fleet.commands.lag import format_duration
-from fleet.console.access import COOKIE, Gate, Operator, Refused
+from fleet.console.access import ConsoleAccess, Operator
 from fleet.console.dead_letters import DeadLetterShelf
 from fleet.console.lag_monitor import LagMonitor
 from fleet.console.serving_history import ServingHistory
@@ -25,7 +24,6 @@ from fleet.console.throughput import ThroughputMemory
 HERE = Path(__file__).resolve().parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 TEMPLATES.env.globals["fmt_duration"] = format_duration
-MAX_FORM_BYTES = 64 * 1024
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 
@@ -34,7 +32,7 @@ CSRF_HEADER = "x-csrf-token"
 class Console:
     settings: ConsoleSettings
     redis: AnyRedis
-    gate: Gate
+    access: ConsoleAccess
     monitor: LagMonitor
     letters: DeadLetterShelf
     serving: ServingHistory
@@ -58,12 +56,13 @@ def console_of(request: Request) -> Console:
     return console
 
 
-async def operator_of(request: Request) -> Operator:
-    console = console_of(request)
-    try:
-        return await console.gate.admit(console.redis, request.cookies.get(COOKIE))
-    except Refused as exc:
-        raise NotSignedIn(str(exc)) from exc
+def operator_of(request: Request) -> Operator:
+    """The signed-in operator, as admission found it (fleet/console/admission.py); a route it did not
+    run for lets no one in."""
+    operator = getattr(request.state, "operator", None)
+    if not isinstance(operator, Operator):
+        raise NotSignedIn("sign in with the key of an operator tenant")
+    return operator
 
 
 class Form:
@@ -81,13 +80,8 @@ class Form:
 
 
 async def read_form(request: Request) -> Form:
-    """The form, read no further than MAX_FORM_BYTES (413 beyond)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            raise HTTPException(413, f"a form is at most {MAX_FORM_BYTES // 1024} KiB")
-    return Form(parse_qs(body.decode("utf-8", "replace"), max_num_fields=2000))
+    """The form; admission has read its body within the console's limit (413 beyond)."""
+    return Form(parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=2000))
 
 
 def same_origin(request: Request) -> None:
@@ -100,10 +94,10 @@ def same_origin(request: Request) -> None:
 async def admin_change(request: Request) -> tuple[Operator, Form]:
     """The operator and form of a changing POST: an admin, with the CSRF token, or Forbidden."""
     same_origin(request)
-    operator = await operator_of(request)
+    operator = operator_of(request)
     form = await read_form(request)
     token = form.one(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
-    if not console_of(request).gate.csrf_ok(operator, token):
+    if not console_of(request).access.csrf_ok(operator, token):
         raise Forbidden("this change carries no valid CSRF token; reload the page and try again")
     if not operator.admin:
         raise Forbidden(f"tenant {operator.tenant} has the read role: it sees every page and changes nothing")
@@ -113,7 +107,7 @@ async def admin_change(request: Request) -> tuple[Operator, Form]:
 def render(request: Request, template: str, operator: Operator | None, status_code: int = 200,
            outages: list[Outage] | None = None, **context: Any) -> HTMLResponse:
     console = console_of(request)
-    csrf = console.gate.csrf_token(operator) if operator is not None else ""
+    csrf = console.access.csrf_token(operator) if operator is not None else ""
     every = list(outages or [])
     if operator is not None and operator.redis_down and not any(o.server == "Redis" for o in every):
         every.append(Outage("Redis", "workers, pointers, keys and replay marks", "signed in on an earlier check"))

@@ -1,4 +1,8 @@
-"""The tasks whose tensors come from the model card alone: rerank and tensor.
+"""A model version's task from its model card (`card_task`), and the tasks whose tensors come
+from the card alone: rerank and tensor.
+
+This module sits above gateway/oip/tasks.py (the task interface and the text tasks, which need
+no card) and imports it; nothing there imports this, so the two form no cycle.
 
 rerank: `query` BYTES [1] and `passages` BYTES [P] (or [P, 1]) make one fleet request; it answers
 `scores` FP32 [P] (the passages' relevance, in their order) and `ranking` INT64 [P] (passage
@@ -14,7 +18,8 @@ import numpy as np
 from gateway.oip.call import InputTensor
 from gateway.oip.datatypes import BYTES, NUMPY_OF
 from gateway.oip.errors import Failure, OipError, bad_input
-from gateway.oip.tasks import Mapper, OutputTensor, Row, Task, TensorSpec, strings_of
+from gateway.oip.tasks import (Mapper, OutputTensor, Row, Task, TensorSpec, classification_task, embedding_task,
+                               strings_of)
 from schemas.model_card import ModelCard, oip_datatype
 from schemas.task_inputs import MAX_PASSAGES
 from schemas.tensors import check_tensors, output_tensors
@@ -87,3 +92,18 @@ def tensor_task(card: ModelCard) -> Task:
     outputs = tuple(TensorSpec(spec.name, spec.datatype, spec.shape) for spec in card.outputs)
     return Task("tensor", inputs, outputs, {spec.name: _tensor_output(spec.name) for spec in card.outputs},
                 rows=_tensor_rows(card))
+
+
+def card_task(card: ModelCard) -> Task | None:
+    """The task of a model version from its card (schemas/model_card.py); None for a task the
+    protocol does not map (token-classification: its spans have no tensor form here)."""
+    if card.task == "embedding":
+        width = card.outputs[0].shape[-1] if card.outputs and card.outputs[0].shape else -1
+        return embedding_task(width)
+    if card.task == "classification":
+        return classification_task(tuple(card.labels))
+    if card.task == "rerank":
+        return rerank_task()
+    if card.task == "tensor":
+        return tensor_task(card)
+    return None

@@ -11,9 +11,10 @@ import orjson
 
 from gateway.oip.call import InferCall, InputTensor, Limits, binary_data, parse_call
 from gateway.oip.datatypes import BYTES, NUMPY_OF, join_bytes
-from gateway.oip.errors import Failure, OipError, bad_input
+from gateway.oip.errors import bad_input
 from gateway.oip.service import Answer
 from gateway.oip.tasks import OutputTensor, Task
+from gateway.refusals import Kind, Refusal, Refused
 
 HEADER_LENGTH = b"inference-header-content-length"
 
@@ -31,7 +32,8 @@ def header_length(headers: list[tuple[bytes, bytes]], body_size: int) -> int | N
 
 def decoded_body(body: bytes, headers: list[tuple[bytes, bytes]], max_bytes: int) -> bytes:
     """The body with its Content-Encoding (gzip or deflate, as tritonclient's request compression
-    sends) undone, never inflated past `max_bytes` (413); another encoding is 400."""
+    sends) undone, never inflated past `max_bytes` (admission's body limit, the same `too_large`
+    refusal); another encoding is 400."""
     encoding = next((value.strip().lower() for name, value in headers if name == b"content-encoding"), b"identity")
     if encoding in (b"identity", b""):
         return body
@@ -43,7 +45,7 @@ def decoded_body(body: bytes, headers: list[tuple[bytes, bytes]], max_bytes: int
     except zlib.error as exc:
         raise bad_input(f"body: not {encoding.decode()}: {exc}") from None
     if len(inflated) > max_bytes:
-        raise OipError(Failure.too_large, f"the body inflates past the limit of {max_bytes} bytes")
+        raise Refused(Refusal(Kind.too_large, f"the body inflates past the limit of {max_bytes} bytes"))
     if not inflater.eof or inflater.unused_data:
         raise bad_input(f"body: not one whole {encoding.decode()} stream")
     return inflated

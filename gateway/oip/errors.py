@@ -1,6 +1,7 @@
-"""What goes wrong in an Open Inference Protocol call, said once for REST and gRPC alike: a
-kind (which becomes an HTTP status or a gRPC code), a message, and the fleet request ids the
-caller may still fetch with GET /v1/results/{id} after a deadline."""
+"""What goes wrong in an Open Inference Protocol call once it is admitted, said once for REST and
+gRPC alike: a kind (which becomes an HTTP status or a gRPC code), a message, and the fleet request
+ids the caller may still fetch with GET /v1/results/{id} after a deadline. Admission's refusals
+(a key, a quota, the in-flight bound, a body too large) are gateway/refusals.py's, as on /v1."""
 
 from enum import Enum
 
@@ -8,12 +9,8 @@ from enum import Enum
 class Failure(Enum):
     # value: (HTTP status, gRPC status code name)
     bad_input = (400, "INVALID_ARGUMENT")
-    unauthenticated = (401, "UNAUTHENTICATED")
-    forbidden = (403, "PERMISSION_DENIED")
     not_found = (404, "NOT_FOUND")
     wrong_method = (405, "UNIMPLEMENTED")
-    too_large = (413, "RESOURCE_EXHAUSTED")
-    quota = (429, "RESOURCE_EXHAUSTED")
     unavailable = (503, "UNAVAILABLE")
     deadline = (504, "DEADLINE_EXCEEDED")
 
@@ -24,9 +21,6 @@ class Failure(Enum):
     @property
     def grpc_code(self) -> str:
         return self.value[1]
-
-
-STATUS_FAILURES = {failure.status: failure for failure in Failure}
 
 
 class OipError(Exception):
@@ -42,7 +36,3 @@ class OipError(Exception):
 def bad_input(message: str) -> OipError:
     return OipError(Failure.bad_input, message)
 
-
-def failure_of_status(status: int) -> Failure:
-    """The failure an admission refusal's status stands for (401, 403, 413, 429, 503)."""
-    return STATUS_FAILURES.get(status, Failure.unavailable)

@@ -1,6 +1,15 @@
 """`inference.GRPCInferenceService` (KServe v2 gRPC: ServerLive, ServerReady, ModelReady,
 ServerMetadata, ModelMetadata, ModelInfer) on FLEET_GRPC_PORT, on the gateway's own event loop:
-the same fleet client, keys, quotas and in-flight cap as REST, through the same `OipService`.
+the same fleet client as REST, through the same `OipService`.
+
+ServerLive, ServerReady and ServerMetadata are open, as their REST routes are. The model calls meet
+the one admission (gateway/admission.py) at /v2's door, as REST does: the key from the call's
+metadata, tenant, quota, in-flight, then the message's size against the door's body limit (the
+message arrives as bytes and is parsed only once admitted), then, for an infer, its rows. A
+refusal is aborted with its kind's gRPC code (gateway/refusals.py), the kind and Retry-After in
+the trailing metadata. A message over `grpc_max_message_bytes` is refused by gRPC itself
+(RESOURCE_EXHAUSTED) before any of this: the transport's own bound, as the HTTP server's on
+headers (431) comes before admission.
 
 The messages are those of tritonclient's `service_pb2` (NVIDIA's maintained build of Triton's
 grpc_service.proto, a superset of KServe's grpc_predict_v2.proto with the same field numbers):
@@ -8,35 +17,34 @@ no generated code of ours to keep in step with protobuf, and exactly what triton
 The API key comes from the call's metadata (`authorization: Bearer <key>` or `x-api-key`)."""
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2 as pb
 
-from gateway.answers import Refusal
-from gateway.auth import Caller, Gatekeeper
-from gateway.limits import InFlight
-from gateway.oip.errors import Failure, OipError
+from gateway.admission import Admission, Door, Pass
+from gateway.oip.errors import OipError, bad_input
 from gateway.oip.grpc_calls import call_of, response_of
-from gateway.oip.rest import TenantRows, refusal_error
 from gateway.oip.service import OipService, server_metadata
 from gateway.oip.settings import OipSettings
-from gateway.quotas import QuotaBook
+from gateway.refusals import Refusal, Refused
 
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
-GRPC_PATH = "/v2/grpc"
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Parsed = TypeVar("Parsed", bound=Message)
+CREDENTIALS = ("authorization", "x-api-key")
 
 
 class Servicer:
-    def __init__(self, service: OipService, gatekeeper: Gatekeeper, quotas: QuotaBook, in_flight: InFlight) -> None:
+    def __init__(self, service: OipService, admission: Admission, door: Door) -> None:
         self._service = service
-        self._gatekeeper = gatekeeper
-        self._quotas = quotas
-        self._in_flight = in_flight
+        self._admission = admission
+        self._door = door
 
     async def server_live(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerLiveResponse(live=True)
@@ -47,15 +55,15 @@ class Servicer:
     async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerMetadataResponse(**server_metadata())
 
-    async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        caller = await self._caller(context)
-        with TenantRows(self._quotas, caller.tenant, 1):
+    async def model_ready(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        async with self._admitted(raw, context):
+            request = parsed(pb.ModelReadyRequest, raw)
             ready = await self._service.model_ready(request.name, request.version or None)
         return pb.ModelReadyResponse(ready=ready)
 
-    async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        caller = await self._caller(context)
-        with TenantRows(self._quotas, caller.tenant, 1):
+    async def model_metadata(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        async with self._admitted(raw, context):
+            request = parsed(pb.ModelMetadataRequest, raw)
             document = await self._service.model_metadata(request.name, request.version or None)
         response = pb.ModelMetadataResponse(name=document["name"], versions=document["versions"],
                                             platform=document["platform"])
@@ -64,30 +72,41 @@ class Servicer:
                 getattr(response, kind).add(name=spec["name"], datatype=spec["datatype"], shape=spec["shape"])
         return response
 
-    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        caller = await self._caller(context)
+    async def model_infer(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         service = self._service
-        model, version = request.model_name, request.model_version or None
-        task = await service.task(model, version)
-        if (refusal := self._in_flight.enter()) is not None:
-            raise refusal_error(refusal)
-        try:
+        async with self._admitted(raw, context) as admitted:
+            request = parsed(pb.ModelInferRequest, raw)
+            model, version = request.model_name, request.model_version or None
+            task = await service.task(model, version)
             call = call_of(request, service.limits)
             texts = service.rows_of(task, call, service.max_text_chars)
-            with TenantRows(self._quotas, caller.tenant, len(texts)):
-                answer = await service.infer(model, version, task, call, texts, caller)
-        finally:
-            self._in_flight.leave()
+            if (refusal := admitted.rows(len(texts))) is not None:
+                raise Refused(refusal)
+            answer = await service.infer(model, version, task, call, texts, admitted.caller)
         return response_of(answer)
 
-    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
-        metadata = context.invocation_metadata() or ()
+    @asynccontextmanager
+    async def _admitted(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Pass]:
+        """The call admitted at /v2's door, its message within the door's limit; released when the call ends."""
         headers = [(str(key).lower().encode("latin-1"), _text(value).encode("latin-1", "replace"))
-                   for key, value in metadata if str(key).lower() in ("authorization", "x-api-key")]
-        caller = await self._gatekeeper.check(GRPC_PATH, headers)
-        if isinstance(caller, Refusal):
-            raise refusal_error(caller)
-        return caller
+                   for key, value in context.invocation_metadata() or () if str(key).lower() in CREDENTIALS]
+        admitted = await self._admission.admit(self._door, headers)
+        if isinstance(admitted, Refusal):
+            raise Refused(admitted)
+        try:
+            if (refusal := admitted.size(len(raw))) is not None:
+                raise Refused(refusal)
+            yield admitted
+        finally:
+            admitted.release()
+
+
+def parsed(kind: type[Parsed], raw: bytes) -> Parsed:
+    """The message, parsed only once its caller is admitted; 400 (INVALID_ARGUMENT) when it is not one."""
+    try:
+        return kind.FromString(raw)
+    except DecodeError:
+        raise bad_input(f"the message is not a {kind.DESCRIPTOR.name}") from None
 
 
 def _text(value: str | bytes) -> str:
@@ -95,10 +114,15 @@ def _text(value: str | bytes) -> str:
 
 
 def answering(handler: Handler) -> Handler:
-    """The handler with an `OipError` as its gRPC status, and any other exception (a bug) as UNAVAILABLE."""
+    """The handler with a refusal or an `OipError` as its gRPC status, and any other exception (a bug)
+    as UNAVAILABLE."""
     async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await handler(request, context)
+        except Refused as exc:
+            refusal = exc.refusal
+            await context.abort(getattr(grpc.StatusCode, refusal.kind.grpc_code), refusal.detail,
+                                trailing_metadata=refusal.grpc_metadata())
         except OipError as exc:
             details = exc.message + (f" (ids: {','.join(exc.ids)})" if exc.ids else "")
             if exc.retry_after_s is not None:
@@ -113,16 +137,22 @@ def answering(handler: Handler) -> Handler:
 
 
 def generic_handler(servicer: Servicer) -> grpc.GenericRpcHandler:
-    methods = {"ServerLive": (servicer.server_live, pb.ServerLiveRequest),
-               "ServerReady": (servicer.server_ready, pb.ServerReadyRequest),
-               "ServerMetadata": (servicer.server_metadata, pb.ServerMetadataRequest),
-               "ModelReady": (servicer.model_ready, pb.ModelReadyRequest),
-               "ModelMetadata": (servicer.model_metadata, pb.ModelMetadataRequest),
-               "ModelInfer": (servicer.model_infer, pb.ModelInferRequest)}
-    handlers = {name: grpc.unary_unary_rpc_method_handler(answering(handler), request_deserializer=kind.FromString,
-                                                          response_serializer=lambda message: message.SerializeToString())
-                for name, (handler, kind) in methods.items()}
+    # The model calls take their message as bytes (None): it is parsed once the caller is admitted.
+    methods: dict[str, tuple[Handler, Callable[[bytes], Any] | None]] = {
+        "ServerLive": (servicer.server_live, pb.ServerLiveRequest.FromString),
+        "ServerReady": (servicer.server_ready, pb.ServerReadyRequest.FromString),
+        "ServerMetadata": (servicer.server_metadata, pb.ServerMetadataRequest.FromString),
+        "ModelReady": (servicer.model_ready, None), "ModelMetadata": (servicer.model_metadata, None),
+        "ModelInfer": (servicer.model_infer, None)}
+    handlers = {name: grpc.unary_unary_rpc_method_handler(answering(handler), request_deserializer=parse,
+                                                          response_serializer=_serialized)
+                for name, (handler, parse) in methods.items()}
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+def _serialized(message: Any) -> bytes:
+    serialized: bytes = message.SerializeToString()
+    return serialized
 
 
 class GrpcServer:
@@ -133,8 +163,14 @@ class GrpcServer:
         self._servicer: Servicer | None = None
         self._server: grpc.aio.Server | None = None
 
-    def serve(self, service: OipService, gatekeeper: Gatekeeper, quotas: QuotaBook, in_flight: InFlight) -> None:
-        self._servicer = Servicer(service, gatekeeper, quotas, in_flight)
+    def serve(self, service: OipService, admission: Admission, door: Door) -> None:
+        self._servicer = Servicer(service, admission, door)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's methods as the server runs them (what `start` registers)."""
+        if self._servicer is None:
+            raise RuntimeError("nothing to serve: serve() was not called")
+        return generic_handler(self._servicer)
 
     async def start(self) -> None:
         settings = self._settings
@@ -144,7 +180,7 @@ class GrpcServer:
                    ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
                    ("grpc.max_concurrent_streams", settings.grpc_max_streams), ("grpc.so_reuseport", 1)]
         server = grpc.aio.server(options=options, maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs)
-        server.add_generic_rpc_handlers((generic_handler(self._servicer),))
+        server.add_generic_rpc_handlers((self.handler(),))
         address = f"{_host(settings)}:{settings.grpc_port}"
         if server.add_insecure_port(address) == 0:
             raise OSError(f"gRPC cannot listen on {address}")

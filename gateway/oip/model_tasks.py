@@ -1,7 +1,8 @@
-"""Which task (gateway/oip/tasks.py) answers a model version's calls: from the model card its
-workers write to Redis (schemas/model_card.py, read through common/model_cards.py, cached 2 s),
-or, while a model has no card (no worker has written one yet), from the `model_tasks` setting.
-A version pin without a card is a version no worker serves: 404 before anything is published."""
+"""Which task answers a model version's calls (gateway/oip/tasks.py; built from a card by
+gateway/oip/card_tasks.py): from the model card its workers write to Redis
+(schemas/model_card.py, read through common/model_cards.py, cached 2 s), or, while a model has
+no card (no worker has written one yet), from the `model_tasks` setting. A version pin without a
+card is a version no worker serves: 404 before anything is published."""
 
 from collections.abc import Callable
 
@@ -10,7 +11,8 @@ from redis.exceptions import RedisError
 from common.model_cards import CardsUnavailable, ModelCards
 from common.redis_cluster import AnyRedis
 from gateway.oip.errors import Failure, OipError
-from gateway.oip.tasks import Task, card_task, task_of
+from gateway.oip.card_tasks import card_task
+from gateway.oip.tasks import Task, task_of
 from schemas.model_card import ModelCard
 
 MAX_TASKS = 1024  # tasks built from cards kept; as many as the card cache holds

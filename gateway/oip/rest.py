@@ -6,9 +6,11 @@
   GET  /v2/models/{m}[/versions/{v}]/ready   {"name": m, "ready": bool}
   POST /v2/models/{m}[/versions/{v}]/infer   JSON, binary tensor extension or raw binary
 
-The model routes run the /v1 routes' checks on the same state: the API key (gateway/auth.py),
-the in-flight cap (gateway/limits.py), then, once the body is read and checked, the tenant's
-quota, one token per row (gateway/quotas.py). Errors are {"error": "..."}; nothing ends in a 500.
+The model routes meet the one admission (gateway/admission.py) at /v2's door, which gRPC shares:
+key, tenant, quota, in-flight, body, in that order, on the same state as /v1; then, once an infer's
+body is parsed, its rows (each row one of the tenant's requests). A refusal is its status, the
+`fleet-refusal` header and {"error": "...", "refusal": kind}; the route's own errors are
+{"error": "..."} with the status of gateway/oip/errors.py. Nothing ends in a 500.
 """
 
 from collections.abc import Awaitable, Callable
@@ -17,14 +19,12 @@ from dataclasses import dataclass
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from gateway.answers import Refusal
-from gateway.auth import Caller, Gatekeeper
-from gateway.limits import InFlight, declared_length, read_body
+from gateway.admission import Admission, Door, Pass
 from gateway.metrics import GatewayMetrics
 from gateway.oip.codec import answer_body, decoded_body, read_call
-from gateway.oip.errors import Failure, OipError, failure_of_status
+from gateway.oip.errors import Failure, OipError
 from gateway.oip.service import OipService, server_metadata
-from gateway.quotas import QuotaBook
+from gateway.refusals import Refusal, Refused
 from gateway.responses import InternalErrors
 
 PREFIX = "/v2"
@@ -79,13 +79,11 @@ def match(method: str, path: str) -> Route:
 
 
 class OipRoutes:
-    def __init__(self, *, service: OipService, gatekeeper: Gatekeeper, quotas: QuotaBook, in_flight: InFlight,
-                 max_body_bytes: int, metrics: GatewayMetrics, internal_errors: InternalErrors) -> None:
+    def __init__(self, *, service: OipService, admission: Admission, door: Door, metrics: GatewayMetrics,
+                 internal_errors: InternalErrors) -> None:
         self._service = service
-        self._gatekeeper = gatekeeper
-        self._quotas = quotas
-        self._in_flight = in_flight
-        self._max_body_bytes = max_body_bytes
+        self._admission = admission
+        self._door = door
         self._metrics = metrics
         self._internal_errors = internal_errors
 
@@ -105,6 +103,8 @@ class OipRoutes:
             await self._answer(route, scope, receive, sending)
         except OipError as exc:
             await sending(exc.failure.status, *error_body(exc))
+        except Refused as exc:
+            await sending(exc.refusal.status, *refusal_body(exc.refusal))
         except Exception:
             await self._internal_errors.answer(scope, send, started=status != 0)
             status = status or 503
@@ -120,38 +120,36 @@ class OipRoutes:
             body = server_metadata() if route.action == "server" else {"live": True}
             await send(200, orjson.dumps(body), [(b"content-type", JSON)])
             return
-        caller = await self._gatekeeper.check(scope["path"], scope["headers"])
-        if isinstance(caller, Refusal):
-            raise refusal_error(caller)
-        if route.action == "infer":
-            await self._infer(route, scope, receive, send, caller)
-            return
-        with self._quota(caller, 1):
-            if route.action == "model_ready":
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        admitted = await self._admission.admit(self._door, headers)
+        if isinstance(admitted, Refusal):
+            raise Refused(admitted)
+        try:
+            raw = await admitted.body(receive, headers)
+            if raw is None:
+                return  # the client went away before sending its body
+            if isinstance(raw, Refusal):
+                raise Refused(raw)
+            if route.action == "infer":
+                await self._infer(route, headers, raw, admitted, send)
+            elif route.action == "model_ready":
                 ready = await service.model_ready(route.model, route.version)
                 await send(200, orjson.dumps({"name": route.model, "ready": ready}), [(b"content-type", JSON)])
             else:
                 document = await service.model_metadata(route.model, route.version)
                 await send(200, orjson.dumps(document), [(b"content-type", JSON)])
+        finally:
+            admitted.release()
 
-    async def _infer(self, route: Route, scope: Scope, receive: Receive, send: Sender, caller: Caller) -> None:
+    async def _infer(self, route: Route, headers: list[tuple[bytes, bytes]], raw: bytes, admitted: Pass,
+                     send: Sender) -> None:
         service = self._service
         task = await service.task(route.model, route.version)
-        if (refusal := self._in_flight.enter()) is not None:
-            raise refusal_error(refusal)
-        try:
-            headers: list[tuple[bytes, bytes]] = scope["headers"]
-            body = await read_body(receive, declared_length(headers), self._max_body_bytes)
-            if body is None:
-                return  # the client went away before sending its body
-            if isinstance(body, Refusal):
-                raise refusal_error(body)
-            call = read_call(decoded_body(body, headers, self._max_body_bytes), headers, task, service.limits)
-            texts = service.rows_of(task, call, service.max_text_chars)
-            with self._quota(caller, len(texts)):
-                answer = await service.infer(route.model, route.version, task, call, texts, caller)
-        finally:
-            self._in_flight.leave()
+        call = read_call(decoded_body(raw, headers, self._door.max_body_bytes), headers, task, service.limits)
+        texts = service.rows_of(task, call, service.max_text_chars)
+        if (refusal := admitted.rows(len(texts))) is not None:
+            raise Refused(refusal)
+        answer = await service.infer(route.model, route.version, task, call, texts, admitted.caller)
         content, header_length = answer_body(answer)
         if header_length is None:
             await send(200, content, [(b"content-type", JSON)])
@@ -159,36 +157,10 @@ class OipRoutes:
             await send(200, content, [(b"content-type", b"application/octet-stream"),
                                       (b"inference-header-content-length", str(header_length).encode())])
 
-    def _quota(self, caller: Caller, rows: int) -> "TenantRows":
-        return TenantRows(self._quotas, caller.tenant, rows)
 
-
-class TenantRows:
-    """A tenant's quota held for `rows` requests while a call is served: 429 when any of them is over it."""
-
-    def __init__(self, quotas: QuotaBook, tenant: str | None, rows: int) -> None:
-        self._quotas, self._tenant, self._rows, self._held = quotas, tenant, rows, 0
-
-    def __enter__(self) -> None:
-        if self._tenant is None:
-            return
-        for _ in range(self._rows):
-            if (refusal := self._quotas.enter(self._tenant)) is not None:
-                self.__exit__()
-                raise refusal_error(refusal)
-            self._held += 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        for _ in range(self._held):
-            self._quotas.leave(self._tenant or "")
-        self._held = 0
-
-
-def refusal_error(refusal: Refusal) -> OipError:
-    """An admission check's refusal as the protocol's error, with its Retry-After."""
-    retry = next((int(value) for name, value in refusal.headers if name == b"retry-after"), None)
-    return OipError(failure_of_status(refusal.status), str(refusal.content.get("detail", "refused")),
-                    retry_after_s=retry)
+def refusal_body(refusal: Refusal) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """The protocol's form of an admission refusal: {"error": ..., "refusal": kind}, with its headers."""
+    return orjson.dumps(refusal.content("error")), [(b"content-type", JSON), *refusal.http_headers()]
 
 
 def error_body(exc: OipError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
@@ -198,8 +170,6 @@ def error_body(exc: OipError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     headers = [(b"content-type", JSON)]
     if exc.retry_after_s is not None:
         headers.append((b"retry-after", str(exc.retry_after_s).encode()))
-    if exc.failure is Failure.unauthenticated:
-        headers.append((b"www-authenticate", b"Bearer"))
     return orjson.dumps(content), headers
 
 

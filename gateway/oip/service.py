@@ -1,6 +1,7 @@
 """The protocol's operations on the fleet, for REST (gateway/oip/rest.py) and gRPC
 (gateway/oip/grpc_server.py) alike: server and model metadata and readiness, and infer. It
-validates, publishes and waits; it never runs a model. Failures are `OipError`s."""
+validates, publishes and waits; it never runs a model. Failures are `OipError`s; a caller is
+admitted before any of these runs (gateway/admission.py)."""
 
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from gateway.oip.errors import Failure, OipError, bad_input
 from gateway.oip.exchange import build_rows, exchange_rows
 from gateway.oip.model_tasks import TaskBook
 from gateway.oip.tasks import OutputTensor, Row, Task
+from gateway.refusals import Kind, Refusal, Refused
 from gateway.settings import GatewaySettings
 from schemas.wire import Result, Status
 
@@ -115,8 +117,8 @@ class OipService:
         except FleetUnavailable as exc:
             self._metrics.unavailable_of(exc.dependency).inc()
             raise OipError(Failure.unavailable, str(exc), retry_after_s=self._settings.retry_after_s) from None
-        except Overloaded as exc:
-            raise OipError(Failure.quota, str(exc), retry_after_s=self._settings.retry_after_s) from None
+        except Overloaded as exc:  # the reply waiter's bound: as busy as admission's in-flight bound, said alike
+            raise Refused(Refusal(Kind.busy, str(exc), self._settings.retry_after_s)) from None
         _check_results(results)
         self._metrics.latency_of(model).observe(time.perf_counter() - started)
         outputs = [(task.output(want.name, results, want.classification, want.binary), want.binary) for want in wanted]

@@ -15,7 +15,6 @@ import numpy as np
 from gateway.oip.call import InputTensor
 from gateway.oip.datatypes import BYTES
 from gateway.oip.errors import Failure, OipError, bad_input
-from schemas.model_card import ModelCard
 from schemas.wire import Result
 
 TEXT_INPUT = "text"
@@ -161,22 +160,5 @@ TASKS: dict[str, Callable[[], Task]] = {"embedding": embedding_task, "classifica
 
 def task_of(model: str, model_tasks: dict[str, str]) -> Task:
     """The task of `model` from the gateway's `model_tasks` setting: for a model whose workers have
-    written no card yet (card_task says what the card does)."""
+    written no card yet (gateway/oip/card_tasks.py `card_task` reads the card)."""
     return TASKS.get(model_tasks.get(model, "embedding"), embedding_task)()
-
-
-def card_task(card: ModelCard) -> Task | None:
-    """The task of a model version from its card (schemas/model_card.py); None for a task the
-    protocol does not map (token-classification: its spans have no tensor form here)."""
-    from gateway.oip.card_tasks import rerank_task, tensor_task
-
-    if card.task == "embedding":
-        width = card.outputs[0].shape[-1] if card.outputs and card.outputs[0].shape else -1
-        return embedding_task(width)
-    if card.task == "classification":
-        return classification_task(tuple(card.labels))
-    if card.task == "rerank":
-        return rerank_task()
-    if card.task == "tensor":
-        return tensor_task(card)
-    return None

@@ -25,7 +25,7 @@ from gateway.app import create_app
 from fleet.ports import free_port
 from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
-from schemas.names import reply_stream, requests_topic
+from schemas.names import reply_stream
 from schemas.wire import Request, Result, Status, now_ms
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -136,13 +136,13 @@ class ThrowawayRedis:
 
 @asynccontextmanager
 async def echo_worker(settings: FleetSettings, model: str, redis: Redis) -> AsyncIterator[None]:
-    """Answers every request on the model's topic with an ok result through `redis`, as a worker
-    would (Redis being away for longer than its few retries, that reply is lost)."""
-    topic = requests_topic(model)
-    await ensure_topics(settings, [topic], 1)
+    """Answers every request on the model's topics (every lane) with an ok result through `redis`,
+    as a worker would (Redis being away for longer than its few retries, that reply is lost)."""
+    topics = settings.lane_plan.topics(model)
+    await ensure_topics(settings, topics, 1)
     consumer = new_consumer(settings, enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
-    partitions = await partitions_of(settings, topic)
+    partitions = [tp for topic in topics for tp in await partitions_of(settings, topic)]
     consumer.assign(partitions)
     await consumer.seek_to_end(*partitions)
     for tp in partitions:

@@ -76,7 +76,8 @@ async def test_a_revoked_key_is_refused_within_a_second(stack: FleetSettings, re
             await asyncio.sleep(0.02)
         refused_after = time.monotonic() - revoked_at
     print(f"revoked key refused {refused_after * 1000:.0f} ms after revocation")
-    assert response.status_code == 401 and response.json() == {"detail": "unknown or revoked API key"}
+    assert response.status_code == 401
+    assert response.json() == {"detail": "unknown or revoked API key", "refusal": "unauthenticated"}
 
 
 async def test_redis_away_while_checking_a_key_is_503_never_a_way_in(stack: FleetSettings, tmp_path: Path) -> None:

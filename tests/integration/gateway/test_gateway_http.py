@@ -155,7 +155,7 @@ def test_chunked_body_over_the_limit_is_413(gateway_url: str, auth: dict[str, st
     response = httpx.post(f"{gateway_url}/v1/models/{MODEL}/infer", content=chunks(),
                           headers={"content-type": "application/json", **auth}, timeout=10)
     assert response.status_code == 413, response.text
-    assert response.json() == {"detail": "request body is over the limit of 4096 bytes"}
+    assert response.json() == {"detail": "request body is over the limit of 4096 bytes", "refusal": "too_large"}
 
 
 async def test_cache_hits_come_back_with_their_timings(gateway_url: str, auth: dict[str, str], serve,  # type: ignore[no-untyped-def]

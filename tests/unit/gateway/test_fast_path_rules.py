@@ -11,7 +11,6 @@ from aiokafka.partitioner import DefaultPartitioner
 from fastapi import HTTPException
 from starlette.routing import Match
 
-from gateway.answers import Refusal
 from gateway.app import model_routes
 from gateway.body import parse_document
 from gateway.client import FleetClient, partition_of_request
@@ -19,6 +18,7 @@ from gateway.fast_routes import fast_route
 from gateway.limits import InFlight, read_body
 from gateway.metrics import GatewayMetrics
 from gateway.model_requests import ModelRequests
+from gateway.refusals import Kind, Refusal
 from gateway.settings import GatewaySettings
 
 PATHS = ["/v1/models/m/infer", "/v1/models/m/requests", "/v1/models/m.v-2_x/infer", "/v1/models//infer",
@@ -122,7 +122,7 @@ def test_bodies_are_read_whole_within_the_limit(declared: bytes | None, messages
                                                 expected: bytes | int | None) -> None:
     body = asyncio.run(read_body(_receiving(*messages), declared, 10))
     if isinstance(expected, int):
-        assert isinstance(body, Refusal) and body.status == expected
+        assert isinstance(body, Refusal) and body.status == expected and body.kind is Kind.too_large
     else:
         assert body == expected
 
@@ -131,7 +131,7 @@ def test_the_in_flight_cap_refuses_beyond_it_and_counts_what_leaves() -> None:
     in_flight = InFlight(2, retry_after_s=3)
     assert in_flight.enter() is None and in_flight.enter() is None
     refusal = in_flight.enter()
-    assert refusal is not None and refusal.status == 429 and refusal.headers == ((b"retry-after", b"3"),)
+    assert refusal is not None and refusal.kind is Kind.busy and refusal.status == 429 and refusal.retry_after_s == 3
     in_flight.leave()
     assert in_flight.count == 1 and in_flight.enter() is None
 

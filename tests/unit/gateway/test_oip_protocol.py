@@ -15,6 +15,7 @@ from gateway.oip.errors import Failure, OipError
 from gateway.oip.rest import match
 from gateway.oip.service import Answer
 from gateway.oip.tasks import classification_task, embedding_task, texts_of
+from gateway.refusals import Kind, Refused
 from gateway.settings import GatewaySettings
 from schemas.wire import Result, Status
 
@@ -144,6 +145,8 @@ def test_compressed_bodies_are_inflated_within_the_limit() -> None:
     assert decoded_body(zlib.compress(body), [(b"content-encoding", b"deflate")], 1024) == body
     assert decoded_body(body, [], 1024) == body
     bomb = gzip.compress(b"0" * 10_000)
-    assert failure(lambda: decoded_body(bomb, [(b"content-encoding", b"gzip")], 1024)) is Failure.too_large
+    with pytest.raises(Refused) as inflated:  # admission's body limit, past which nothing is inflated
+        decoded_body(bomb, [(b"content-encoding", b"gzip")], 1024)
+    assert inflated.value.refusal.kind is Kind.too_large
     assert failure(lambda: decoded_body(b"not gzip", [(b"content-encoding", b"gzip")], 1024)) is Failure.bad_input
     assert failure(lambda: decoded_body(body, [(b"content-encoding", b"br")], 1024)) is Failure.bad_input

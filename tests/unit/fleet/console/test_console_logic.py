@@ -1,4 +1,4 @@
-"""The console's pure logic: roles, CSRF tokens, dead-letter selection, problems in words."""
+"""The console's pure logic: roles, dead-letter selection, problems in words."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from common.heartbeats import WorkerInfo
 from fleet.commands.dlq_store import (DeadLetterEntry, counts_by_code, format_ends, model_of_topic, parse_ends,
                                       parse_ref, select_letters, time_bound)
-from fleet.console.access import Gate, Operator
 from fleet.console.settings import ConsoleSettings, Role
 from fleet.console.sources import ModelView, model_problems
 from fleet.console.throughput import VersionFigures
@@ -32,18 +31,6 @@ def test_tenant_roles_default_to_read_and_refuse_unknown_roles() -> None:
     assert settings.tenant_roles() == {"ops": Role.admin, "watch": Role.read, "night": Role.read}
     with pytest.raises(ValueError):
         ConsoleSettings(console_tenants="ops:root").tenant_roles()
-
-
-def test_a_csrf_token_belongs_to_one_key_and_one_secret() -> None:
-    settings = ConsoleSettings(console_tenants="ops:admin", console_secret="s1")
-    gate = Gate(settings)
-    alice = Operator("ops", "k1", Role.admin, "digest-a")
-    bob = Operator("ops", "k2", Role.admin, "digest-b")
-    assert gate.csrf_ok(alice, gate.csrf_token(alice))
-    assert not gate.csrf_ok(bob, gate.csrf_token(alice))
-    assert not gate.csrf_ok(alice, None) and not gate.csrf_ok(alice, "")
-    other = Gate(ConsoleSettings(console_tenants="ops:admin", console_secret="s2"))
-    assert not other.csrf_ok(alice, gate.csrf_token(alice))
 
 
 def test_letters_are_selected_newest_first_by_model_code_and_ref() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 from common.heartbeats import WorkerInfo
 from fleet.console.serving_history import MAX_MODELS, ServingHistory, ServingPoint, serving_point
 from fleet.console.settings import ConsoleSettings
@@ -42,3 +45,12 @@ def test_models_no_longer_sampled_are_forgotten_once_there_are_too_many() -> Non
         history.record(f"m{index}", ServingPoint(0.0, 1.0, 1.0, 1.0, 1))
     history.forget_all_but({"m1", "m2"})
     assert set(history.history) == {"m1", "m2"}
+
+
+def test_a_p99_past_the_last_latency_bound_is_a_gap_json_can_carry() -> None:
+    history = ServingHistory(ConsoleSettings(console_history_points=10))
+    history.record("m1", ServingPoint(1.0, 3.0, math.inf, None, None))
+    history.record("m1", ServingPoint(2.0, 3.0, 40.0, None, None))
+    series = history.series("m1")
+    assert series["p99_ms"] == [None, 40.0]
+    assert json.loads(json.dumps(series, allow_nan=False)) == series  # the page's JSON.parse reads it
