@@ -9,6 +9,7 @@ import pytest
 from common.heartbeats import WorkerInfo
 from fleet.commands.dlq_store import (DeadLetterEntry, counts_by_code, format_ends, model_of_topic, parse_ends,
                                       parse_ref, select_letters, time_bound)
+from fleet.commands.lag import GroupLag, PartitionLag
 from fleet.console.settings import ConsoleSettings, Role
 from fleet.console.sources import ModelView, model_problems
 from fleet.console.throughput import VersionFigures
@@ -65,6 +66,17 @@ def test_problems_put_missing_primaries_first_and_name_each_unhealthy_worker() -
     assert model_problems(ModelView("m1", [worker("w3")])) == []
     late = replace(worker("w4"), age_s=4.2)
     assert model_problems(ModelView("m1", [worker("w3"), late])) == ["worker w4 has not sent a heartbeat for 4.2 s"]
+
+
+def test_a_bulk_lane_hours_behind_is_no_problem_but_a_stalled_interactive_lane_is() -> None:
+    def lagging(interactive_rate: float) -> GroupLag:
+        return GroupLag("m1", (PartitionLag("m1", "fleet.requests.m1", 0, 0, 0, 50, interactive_rate),
+                               PartitionLag("m1", "fleet.requests.m1.bulk", 0, 0, 0, 900_000, 0.0)))
+
+    assert model_problems(ModelView("m1", [worker("w1")], lag=lagging(25.0))) == []  # 2 s of interactive work
+    assert model_problems(ModelView("m1", [worker("w1")], lag=lagging(0.0))) == [
+        "group m1 (lane interactive) is stalled: 50 records behind and not moving"]
+    assert model_of_topic("fleet.requests.m2.bulk.cpu") == "m2"
 
 
 def test_version_figures_say_what_is_not_known_yet() -> None:
