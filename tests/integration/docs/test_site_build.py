@@ -101,7 +101,7 @@ def test_every_setting_is_on_the_settings_page(built_site: Path) -> None:
 
 def test_every_cli_flag_is_on_the_cli_page(built_site: Path) -> None:
     flags = cli_flags()
-    assert {"--quick", "--tenant", "--workers"} <= flags, "the scan finds the parsers' flags"
+    assert {"--json", "--tenant", "--workers"} <= flags, "the scan finds the parsers' flags"
     page = page_text(built_site, "reference/cli")
     missing = sorted(flag for flag in flags if f"<code>{flag}" not in page and f" {flag}<" not in page
                      and f"{flag}</code>" not in page)
