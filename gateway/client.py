@@ -301,7 +301,8 @@ class FleetClient:
     async def _publish_many(self, requests: list[Request]) -> None:
         if not requests:
             return
-        topics = {r.priority: await self.topic_for(r.model, r.priority) for r in requests}
+        model = requests[0].model
+        topics = {priority: await self.topic_for(model, priority) for priority in {r.priority for r in requests}}
         futures = [await self.producer.send(topics[r.priority], r.encode(), key=r.id.encode()) for r in requests]
         await asyncio.gather(*futures)
 

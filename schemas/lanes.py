@@ -19,11 +19,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from schemas.names import requests_topic
+from schemas.names import FALLBACK_SUFFIX, requests_topic
 
 LANE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 RESERVED_NAMES = frozenset({"cpu"})  # the suffix of fallback topics
-FALLBACK_SUFFIX = ".cpu"
 DEFAULT_LANES = "interactive=5,bulk=0"
 
 

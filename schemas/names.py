@@ -13,9 +13,12 @@ def requests_topic(model: str) -> str:
     return f"{TOPIC_PREFIX}.requests.{model}"
 
 
+FALLBACK_SUFFIX = ".cpu"
+
+
 def fallback_topic(model: str) -> str:
-    """Requests for the CPU fallback workers of a model."""
-    return f"{requests_topic(model)}.cpu"
+    """Requests for the CPU fallback workers of a model (of its first lane; schemas/lanes.py has the others)."""
+    return requests_topic(model) + FALLBACK_SUFFIX
 
 
 def consumer_group(model: str, role: str = "primary") -> str:

@@ -71,14 +71,14 @@ class BatchCollector:
         fetched_batch = FetchedBatch()
         batch = fetched_batch.records
         while True:
+            if limit is not None and len(batch) >= limit:
+                return await self._topped_up(fetched_batch, top_up)
             oldest = fetched_batch.oldest_ms
             age_ms = time.time() * 1000 - oldest if oldest is not None else 0.0
             view = BatchView(in_hand=len(batch), backlog=await self.backlog() if batch else 0, oldest_age_ms=age_ms,
                              model_busy=self._model_has_room is not None and not self._model_has_room.is_set(),
                              model_working=self._model_working())
             decision = self._policy.decide(view)
-            if limit is not None and len(batch) >= limit:
-                return await self._topped_up(fetched_batch, top_up)
             if decision.dispatch or (batch and self._stopping()):
                 return fetched_batch
             wait_ms = max(int(decision.wait_ms), 1)
