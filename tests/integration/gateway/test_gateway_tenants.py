@@ -115,3 +115,33 @@ async def test_a_pipelines_f32le_result_reads_as_floats_over_http(stack: FleetSe
     assert found.status_code == 200, found.text
     body = found.json()
     assert body["outputs"]["embedding"] == row.tolist() and body.get("embedding_encoding") is None
+
+
+async def test_a_tenants_flood_on_the_interactive_lane_leaves_the_other_tenant_served_in_time(
+        stack: FleetSettings, keys: dict[str, str], serve) -> None:  # type: ignore[no-untyped-def]
+    """Fairness inside a lane comes from per-tenant limits at intake (docs/concepts/lanes.md): tenant A's
+    flood of priority-9 calls is admitted at its own rate and the rest refused with 429, so tenant B's
+    calls on the same lane never queue behind more than A's bounded share."""
+    rps, burst = 4.0, 4
+    settings = GatewaySettings(models=[MODEL], tenant_quotas={TENANT_A: TenantQuota(rps=rps, burst=burst)})
+    infer = f"/v1/models/{MODEL}/infer"
+    async with serve(), in_process(settings, key=keys[TENANT_A]) as http:
+        warm = await http.post(infer, json={"text": "warm", "priority": 9}, headers=as_tenant(keys[TENANT_B]))
+        assert warm.status_code == 200, warm.text
+        started = asyncio.get_running_loop().time()
+        flood = [asyncio.create_task(http.post(infer, json={"text": f"flood {i}", "priority": 9, "timeout_ms": 10000}))
+                 for i in range(1500)]
+
+        async def b_call(i: int) -> httpx.Response:
+            await asyncio.sleep(0.1 * i)
+            return await http.post(infer, json={"text": f"b needs this {i}", "priority": 9, "timeout_ms": 3000},
+                                   headers=as_tenant(keys[TENANT_B]))
+
+        b_answers = await asyncio.gather(*(b_call(i) for i in range(10)))
+        a_answers = await asyncio.gather(*flood)
+        elapsed = asyncio.get_running_loop().time() - started
+    assert [r.status_code for r in b_answers] == [200] * 10, [r.text for r in b_answers if r.status_code != 200]
+    admitted = [r for r in a_answers if r.status_code != 429]
+    assert len(admitted) <= burst + rps * elapsed + 1, f"{len(admitted)} of A's flood admitted in {elapsed:.1f} s"
+    assert all(r.status_code == 200 for r in admitted), {r.status_code for r in admitted}
+    assert len(a_answers) - len(admitted) >= 1400, "the flood past A's rate is refused at intake"

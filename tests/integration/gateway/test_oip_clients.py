@@ -3,6 +3,7 @@ gateway as processes on the stack): tritonclient.http in binary and JSON, triton
 KServe's InferenceRESTClient, for health, metadata and infer; embeddings equal to /v1's for the
 same texts, the classifier's labels, and the documented errors."""
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 from common.settings import FleetSettings
+from tests.integration.conftest import end_offsets
 from tests.paths import REPO_ROOT
 from tests.integration.gateway.oip_fleet import CLASSIFY, EMBED, OipFleet, live_fleet
 
@@ -114,6 +116,29 @@ def test_kserve_rest_client(fleet: OipFleet, v1_embeddings: np.ndarray) -> None:
     np.testing.assert_allclose(np.asarray(seen["embeddings"], dtype=np.float32), v1_embeddings, atol=1e-5)
     assert seen["labels"][1] == "reset_password"
     assert seen["unknown_model_status"] == 404
+
+
+async def test_tritonclient_priority_picks_the_lane_over_grpc_and_http(stack: FleetSettings, fleet: OipFleet) -> None:
+    """tritonclient's own `priority` argument (a uint64 request parameter) routes each row of a call."""
+    interactive, bulk = stack.lane_plan.topics(EMBED)
+    before = {topic: await end_offsets(stack, topic) for topic in (interactive, bulk)}
+    grpc = triton_grpc.InferenceServerClient(fleet.grpc_address)
+    http = triton_http.InferenceServerClient(fleet.http_address)
+    two = ["routed by priority", "routed too"]
+    urgent = await asyncio.to_thread(grpc.infer, EMBED, [texts_input(triton_grpc, two)], priority=9,
+                                     headers=fleet.grpc_headers())
+    overnight = await asyncio.to_thread(grpc.infer, EMBED, [texts_input(triton_grpc, ["overnight"])], priority=2,
+                                        headers=fleet.grpc_headers())
+    over_http = await asyncio.to_thread(http.infer, EMBED, [texts_input(triton_http, ["urgent over http"])],
+                                        priority=7, headers=fleet.headers())
+    assert urgent.as_numpy("embedding").shape[0] == 2 and overnight.as_numpy("embedding").shape[0] == 1
+    assert over_http.as_numpy("embedding").shape[0] == 1
+    after = {topic: await end_offsets(stack, topic) for topic in (interactive, bulk)}
+    landed = {topic: sum(end - before[topic].get(tp, 0) for tp, end in after[topic].items()) for topic in after}
+    assert landed == {interactive: 3, bulk: 1}
+    too_high = grpc_code(lambda: grpc.infer(EMBED, [texts_input(triton_grpc, ["x"])], priority=10,
+                                            headers=fleet.grpc_headers()))
+    assert too_high == "StatusCode.INVALID_ARGUMENT"
 
 
 def http_status(call: object) -> int:
