@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     out_of_memory = "out_of_memory"
     device_failed = "device_failed"
     worker_error = "worker_error"
+    cancelled = "cancelled"
 
 
 class Timing(StrEnum):

@@ -34,6 +34,30 @@ def reply_stream(waiter_id: str) -> str:
     """Redis stream a waiter (a gateway or client process) reads its replies from."""
     return f"{TOPIC_PREFIX}:reply:{waiter_id}"
 
+def batch_results_topic(job: str) -> str:
+    """A batch job's own results topic, created with the job's retention (gateway/batch_jobs.py)."""
+    return f"{DEFAULT_RESULTS_TOPIC}.batch.{job}"
+
+
+def batch_key(job: str, part: str = "") -> str:
+    """Redis keys of a batch job: its hash, and `<part>` keys beside it; all expire with the job."""
+    return f"{TOPIC_PREFIX}:batch:{job}" + (f":{part}" if part else "")
+
+
+def batch_file_key(tenant: str, model: str, sha256: str) -> str:
+    """Redis string: the job a CLI submit of this file started, so running it again resumes that job."""
+    return f"{TOPIC_PREFIX}:batchfile:{tenant}:{model}:{sha256}"
+
+
+def tenant_batches_key(tenant: str) -> str:
+    """Redis sorted set of a tenant's batch job ids scored by creation (epoch ms)."""
+    return f"{TOPIC_PREFIX}:batches:{tenant}"
+
+
+# Redis sorted set: cancelled batch job id -> epoch ms its cancellation expires. Workers answer the
+# requests of these jobs `cancelled` instead of computing them.
+CANCELLED_BATCHES_KEY = f"{TOPIC_PREFIX}:batches:cancelled"
+
 TRACE_TOPIC = f"{TOPIC_PREFIX}.trace"
 
 

@@ -123,6 +123,8 @@ class Request(_Wire):
     embedding_encoding: EmbeddingEncoding | None = Field(
         None, description="`f32le`: the result carries an embedding as raw little-endian float32 bytes; absent: as "
                           "a msgpack array of float 32")
+    batch: str | None = Field(None, min_length=1, max_length=64, description="The batch job the request belongs to: "
+                              "a worker answers a request of a cancelled job `cancelled` instead of computing it")
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:

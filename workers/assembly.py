@@ -17,6 +17,7 @@ from models.backends.base import Backend
 from models.loading import ModelLoader
 from versions.stats import VersionStatsRecorder
 from workers.batching.policy import BatchPolicy
+from workers.cancelled_batches import CancelledBatches
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
 from common.startup import waited
@@ -56,6 +57,7 @@ class WorkerParts:
     tracer: DebugTracer
     supervisor: Supervisor
     patience: Patience
+    cancelled: CancelledBatches
 
 
 async def _cancelled(task: "asyncio.Task[None]") -> None:
@@ -95,6 +97,9 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
     await cards.publish_once()
     exit_stack.push_async_callback(_cancelled, asyncio.create_task(cards.run()))
     patience = Patience(metrics.waiting, max_backoff_s=settings.delivery_max_backoff_s)
+    cancelled = CancelledBatches(redis, poll_s=settings.pointer_poll_s)
+    await cancelled.refresh()
+    exit_stack.push_async_callback(_cancelled, asyncio.create_task(cancelled.run()))
     sizing = BatchSizing(policy, clean_period_s=settings.oom_clean_period_s, metrics=metrics, labels=who.labels)
     supervisor = Supervisor(settings, redis, who.worker_id, stable.device, lambda: models.serving.stable.manifest.id,
                             probe=probe, backlog=who.backlog,
@@ -109,7 +114,7 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
                         dead_letters=DeadLetterPolicy(settings.dlq_keep_original,
                                                       Redactor.with_defaults(settings.redact_patterns,
                                                                              max_chars=DEAD_LETTER_TEXT_CHARS))),
-        patience=patience,
+        patience=patience, cancelled=cancelled,
         stats=VersionStatsRecorder(redis, settings.model),
         tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns),
                            refresh_s=settings.debug_switch_refresh_s))

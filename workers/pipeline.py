@@ -338,7 +338,7 @@ class Pipeline:
     async def _prepare_batch(self, batch: FetchedBatch) -> Prepared:
         models, caches = self._parts.models, self._parts.caches
         prepared = await off_the_loop(self._threads, batch, sort_batch, batch, models.serving, dict(models.resident),
-                                      self.who_for, now_ms(), caches.digest, self._triage_rules)
+                                      self.who_for, now_ms(), caches.digest, self._triage_rules, self._parts.cancelled.jobs)
         await caches.lookup(prepared)
         if prepared.needs_model:
             await off_the_loop(self._threads, batch, encode_groups, prepared, reject_overlong=self._reject_overlong)

@@ -89,12 +89,14 @@ def timings_of(prepared: Prepared, item: Ready, finished_ms: float, **stages: fl
 
 def sort_batch(batch: FetchedBatch, serving: Serving, resident: Mapping[str, Backend],
                who_for: Callable[[Backend], Provenance], start_ms: int,
-               digest: Callable[[Ready], str] | None = None, rules: TriageRules = TriageRules()) -> Prepared:
+               digest: Callable[[Ready], str] | None = None, rules: TriageRules = TriageRules(),
+               cancelled_batches: Collection[str] = ()) -> Prepared:
     """Triage the records and give each ready request its version group."""
     records = batch.records
     task, manifest = task_of(serving.stable.manifest), serving.stable.manifest
     triaged = triage(records, who_for(serving.stable), start_ms, resident=tuple(resident), rules=rules,
-                     parse=lambda request: task.parse(request, manifest, max_chars=rules.max_input_chars))
+                     parse=lambda request: task.parse(request, manifest, max_chars=rules.max_input_chars),
+                     cancelled_batches=cancelled_batches)
     # Close deadlines first: when a group is cut into sub-batches, urgent rows lead ties.
     triaged.ready.sort(key=lambda item: item.request.deadline_ms)
     fetched_ms = {id(record): at for record, at in zip(records, batch.fetched_ms, strict=True)}

@@ -86,15 +86,17 @@ def parse_text(rules: "TriageRules") -> Parse:
 
 
 def triage(records: list[KafkaRecord], who: Provenance, now_ms: int, resident: Collection[str] = (),
-           rules: TriageRules = TriageRules(), parse: Parse | None = None) -> Triage:
+           rules: TriageRules = TriageRules(), parse: Parse | None = None,
+           cancelled_batches: Collection[str] = ()) -> Triage:
     """`resident`: the versions a request may pin (default: only `who.version`). `parse`: the
-    served task's reading of a request's inputs (models/tasks; default: a text)."""
+    served task's reading of a request's inputs (models/tasks; default: a text).
+    `cancelled_batches`: batch jobs whose requests are answered `cancelled` instead of computed."""
     sorted_out = Triage()
     pinnable = resident or (who.version,)
     parse = parse or parse_text(rules)
     for record in records:
         try:
-            _sort_one(record, who, now_ms, sorted_out, pinnable, rules, parse)
+            _sort_one(record, who, now_ms, sorted_out, pinnable, rules, parse, cancelled_batches)
         except Exception as exc:  # whatever one record does, it costs that record alone
             reason = f"the worker could not read it: {type(exc).__name__}: {exc}"
             sorted_out.dead_letters.append(dead_letter(record, reason, "unreadable", who.worker))
@@ -115,7 +117,7 @@ def _early_timings(record: KafkaRecord, request: Request, now_ms: int) -> dict[s
 
 
 def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, pinnable: Collection[str],
-              rules: TriageRules, parse: Parse) -> None:
+              rules: TriageRules, parse: Parse, cancelled_batches: Collection[str]) -> None:
     if not record.value:
         into.dead_letters.append(dead_letter(record, "empty message", "empty", who.worker))
         return
@@ -140,6 +142,11 @@ def _sort_one(record: KafkaRecord, who: Provenance, now_ms: int, into: Triage, p
         expired = who.result(request.id, Status.expired, timings=timings,
                              error=ErrorInfo(code="deadline_exceeded", message="deadline passed before compute"))
         into.answered.append(Outcome(request, expired, source))
+        return
+    if request.batch is not None and request.batch in cancelled_batches:
+        message = f"batch job {request.batch[:64]} was cancelled before this request was computed"
+        into.answered.append(Outcome(request, who.error(request.id, "cancelled", message,
+                                                        timings=_early_timings(record, request, now_ms)), source))
         return
     if request.model != who.model:
         timings = _early_timings(record, request, now_ms)
