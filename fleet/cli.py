@@ -8,6 +8,7 @@
     fleet cache clear|stats         result caches (cache-eval: the semantic cache's check)
     fleet debug on|off|status|tail  redacted per-request traces for a bounded time
     fleet keys create|list|revoke   the gateway's API keys, one tenant each
+    fleet batch submit|status|results|cancel|list  batch jobs: a JSONL file in, one answer per line out
     fleet dlq list|show|replay|purge  dead letters, masked; replay them to their request topic
     fleet console                   the operator's web console (the same functions as these commands)
     fleet doctor [--device cuda]    what this install runs on: ONNX Runtime / faiss flavour, providers, GPUs
@@ -46,6 +47,7 @@ DELEGATES = {
     "cache": ("fleet.commands.cache", "clear or inspect a model's result caches"),
     "cache-eval": ("fleet.commands.cache_eval", "semantic cache false-hit evaluation on paraphrase and near-miss pairs"),
     "keys": ("fleet.commands.keys", "the gateway's API keys: create (shown once) | list | revoke"),
+    "batch": ("fleet.commands.batch", "batch jobs: submit a JSONL file | status | results | cancel | list"),
     "dlq": ("fleet.commands.dlq", "dead letters: list | show (masked) | replay to their request topic | purge"),
     "console": ("fleet.console.main", "the operator's web console: workers, lag, versions, dead letters, tenants"),
     "doctor": ("fleet.commands.doctor", "what this install runs on: the ONNX Runtime and faiss flavour, their "

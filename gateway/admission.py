@@ -63,6 +63,8 @@ class Door:
     tenants: frozenset[str] | None = None
     not_for: str = "tenant {tenant} may not use this"  # why another tenant is refused here
     key_hint: str = HEADER_HINT  # what a caller without a key is told
+    # The route reads the body as a stream (a batch file): admission checks its declared length only.
+    streams_body: bool = False
 
 
 class Pass:
@@ -81,7 +83,13 @@ class Pass:
         self._in_flight = in_flight
 
     async def body(self, receive: Receive, headers: list[tuple[bytes, bytes]]) -> bytes | Refusal | None:
-        """Step 5 over ASGI: the whole body within the door's limit; None when the client went away."""
+        """Step 5 over ASGI: the whole body within the door's limit; None when the client went away.
+        A streaming door's body is left to its route (b"" here) once its declared length fits."""
+        if self._door.streams_body:
+            declared = declared_length(headers)
+            if declared is not None and declared.isdigit() and int(declared) > self._door.max_body_bytes:
+                return over_limit(self._door.max_body_bytes, int(declared))
+            return b""
         return await read_body(receive, declared_length(headers), self._door.max_body_bytes)
 
     def size(self, size: int) -> Refusal | None:

@@ -5,6 +5,8 @@ Routes (OpenAPI at /docs):
   POST /v1/models/{model}/requests  publish and return 202 with the id
   GET  /v1/results/{request_id}     the result, to its own tenant only; 404 until it is ready, after it
                                     expires, and for every other tenant
+  /v1/batches                       batch jobs: upload a JSONL file, status, output, errors, cancel
+                                    (gateway/batch_routes.py)
   GET  /healthz  /readyz            open to all: probes
   GET  /docs  /openapi.json         open to all: the API's documentation (gateway/docs_page.py)
   GET  /metrics                     only with a key of a tenant in `metrics_tenants`
@@ -37,6 +39,8 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.admission import Admission, Door
 from gateway.auth import Caller, KeyDirectory, caller_of
+from gateway.batch_jobs import BatchJobs
+from gateway.batch_routes import batch_routes
 from gateway.body import InferBody
 from gateway.client import FleetClient
 from gateway.docs_page import OPENAPI_PATH, install_docs
@@ -161,9 +165,10 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     install_docs(app)  # Swagger UI from our own files: /docs works without internet (gateway/docs_page.py)
     app.include_router(model_routes(model_requests))
     app.include_router(ops_routes(fleet, metrics, auth_required=directory is not None))
+    app.include_router(batch_routes(BatchJobs(fleet, settings), settings.models))
     install_error_handlers(app, metrics.unavailable_of, settings.retry_after_s)
     # Added innermost first: a request meets Outcomes (counts, and answers a bug with 503), then admission.
-    app.add_middleware(AdmitHttp, admission=admission, v1=doors.v1, metrics=doors.metrics)
+    app.add_middleware(AdmitHttp, admission=admission, v1=doors.v1, metrics=doors.metrics, batches=doors.batches)
     app.add_middleware(Outcomes, requests=metrics.requests_of, internal_errors=internal_errors)
     if settings.fast_routes:
         app.fast_routes = FastRoutes(admission=admission, door=doors.v1, requests=model_requests, metrics=metrics,
@@ -184,6 +189,7 @@ class GatewayDoors:
     v1: Door
     v2: Door
     metrics: Door
+    batches: Door
 
 
 def gateway_doors(settings: GatewaySettings) -> GatewayDoors:
@@ -191,7 +197,8 @@ def gateway_doors(settings: GatewaySettings) -> GatewayDoors:
         v1=Door("v1", settings.max_body_bytes),
         v2=Door("v2", settings.oip_max_body_bytes),
         metrics=Door("metrics", settings.max_body_bytes, metered=False, tenants=frozenset(settings.metrics_tenants),
-                     not_for="/metrics needs a key of a metrics tenant"))
+                     not_for="/metrics needs a key of a metrics tenant"),
+        batches=Door("batches", settings.batch_max_file_bytes, streams_body=True))
 
 
 def gateway_admission(settings: GatewaySettings, directory: KeyDirectory | None, metrics: GatewayMetrics,

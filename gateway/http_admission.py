@@ -5,7 +5,8 @@ FastAPI's routes picks the door by path, writes a refusal as /v1 writes it
 
 The probes (/healthz, /readyz) and the API's documentation (/docs, /openapi.json) are open to all
 and meet no admission; /metrics is the metrics tenants' door (not metered: a scrape under load is
-never refused for the tenants' quotas or the in-flight bound); every other path is /v1's door.
+never refused for the tenants' quotas or the in-flight bound); /v1/batches is the batch door (its
+upload is streamed to the route, up to the batch file limit); every other path is /v1's door.
 """
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -18,23 +19,30 @@ from gateway.refusals import Refusal
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 METRICS_PATH = "/metrics"
+BATCHES_PATH = "/v1/batches"  # its door streams the body: a batch file is far larger than a call
 
 
 class AdmitHttp:
     """ASGI middleware: admits a request (the caller goes in scope state "caller", read by
     `gateway.auth.caller_of`) or sends its refusal; releases what it held once answered."""
 
-    def __init__(self, app: ASGIApp, admission: Admission, v1: Door, metrics: Door) -> None:
+    def __init__(self, app: ASGIApp, admission: Admission, v1: Door, metrics: Door, batches: Door) -> None:
         self.app = app
         self.admission = admission
         self.v1 = v1
         self.metrics = metrics
+        self.batches = batches
+
+    def door_of(self, path: str) -> Door:
+        if path == METRICS_PATH:
+            return self.metrics
+        return self.batches if path == BATCHES_PATH or path.startswith(BATCHES_PATH + "/") else self.v1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or is_docs_path(scope["path"]):
             await self.app(scope, receive, send)
             return
-        door = self.metrics if scope["path"] == METRICS_PATH else self.v1
+        door = self.door_of(scope["path"])
         admitted = await self.admission.admit(door, scope["headers"])
         if isinstance(admitted, Refusal):
             await send_refusal(send, admitted)
@@ -47,7 +55,7 @@ class AdmitHttp:
                 await send_refusal(send, body)
                 return
             scope.setdefault("state", {})["caller"] = admitted.caller
-            await self.app(scope, replayed(body, receive), send)
+            await self.app(scope, receive if door.streams_body else replayed(body, receive), send)
         finally:
             admitted.release()
 

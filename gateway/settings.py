@@ -9,6 +9,9 @@ from common.settings import FleetSettings
 from gateway.oip.settings import OipSettings
 
 
+MAX_BATCH_LINES = 0xFFFFFFFF  # a job's request ids hold its line numbers in 32 bits
+
+
 class ClientSettings(FleetSettings):
     default_timeout_s: float = Field(10.0, gt=0, description="Deadline of a request when the caller names none")
     partitions: int = Field(4, ge=1, description="Partitions of a request topic when the client creates it")
@@ -20,6 +23,24 @@ class ClientSettings(FleetSettings):
                                "this interval, with a count")
 
 
+class BatchSettings(FleetSettings):
+    """Batch jobs (gateway/batch_jobs.py): limits, retention, and the resume points of a submit."""
+
+    batch_max_file_bytes: int = Field(1 << 30, ge=1024, description="A batch file larger than this is refused "
+                                      "before any line is sent")
+    batch_max_lines: int = Field(1_000_000, ge=1, le=MAX_BATCH_LINES, description="Lines a batch file may hold")
+    batch_max_line_bytes: int = Field(64 * 1024, ge=256, description="A longer line goes to the errors file")
+    batch_chunk_lines: int = Field(500, ge=1, le=10_000, description="Lines produced between two resume points")
+    batch_retention_s: int = Field(7 * 86_400, ge=60, description="How long a job, its state and its results "
+                                   "topic are kept")
+    batch_completion_window_s: int = Field(86_400, ge=60, description="A request of a job not computed within "
+                                           "this after it was sent expires (the errors file says so)")
+    batch_max_jobs_per_tenant: int = Field(100, ge=1, description="Jobs a tenant may keep; more are refused "
+                                           "until old ones expire or are deleted")
+    batch_max_doubt_scan: int = Field(2_000_000, ge=0, description="Records of the lane read back to check an "
+                                      "unacknowledged chunk after a crash; past it the chunk is sent again")
+
+
 class TenantQuota(BaseModel):
     """One tenant's own limits; a field left out takes the gateway-wide default."""
 
@@ -28,7 +49,7 @@ class TenantQuota(BaseModel):
     max_waits: int | None = Field(None, ge=1)
 
 
-class GatewaySettings(ClientSettings, OipSettings):
+class GatewaySettings(ClientSettings, OipSettings, BatchSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")
