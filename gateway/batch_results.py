@@ -2,6 +2,7 @@
 they are kept: request ids that name their line, the collection that counts answered lines in
 Redis bitmaps (idempotent), and the output and errors rows, each line's first answer."""
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,17 @@ def line_of(job: str, request: str) -> int | None:
         return None
     return (((int(request[:8], 16) ^ int(job[:8], 16)) * _UNMIX) & _MASK)
 
+
+
+def output_line(row: OutputRow) -> bytes:
+    """A line of the output file, as `fleet batch results` writes it."""
+    outputs = row.result.as_floats().model_dump(mode="json")["outputs"]
+    return (json.dumps({"custom_id": row.custom_id, "line": row.line, "id": row.result.id, "outputs": outputs})
+            + "\n").encode()
+
+
+def error_line(row: ErrorRow) -> bytes:
+    return (json.dumps({"line": row.line, "custom_id": row.custom_id, "reason": row.reason}) + "\n").encode()
 
 
 class JobResults:

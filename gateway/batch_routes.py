@@ -11,7 +11,6 @@
 Another tenant's job answers exactly as an unknown one (404).
 """
 
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -20,7 +19,7 @@ from fastapi.responses import StreamingResponse
 
 from gateway.auth import caller_of
 from gateway.batch_jobs import BatchError, BatchJobs, JobStatus
-from gateway.batch_results import ErrorRow, OutputRow
+from gateway.batch_results import error_line, output_line
 
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{24}$", description="the job id: 24 hex chars")]
 OPEN_TENANT = "anonymous"  # the jobs' tenant while authentication is off
@@ -34,12 +33,18 @@ def tenant_of(request: Request) -> str:
 Tenant = Annotated[str, Depends(tenant_of)]
 
 
-async def lines_of(chunks: AsyncIterator[bytes], max_line_bytes: int) -> AsyncIterator[bytes]:
+async def lines_of(chunks: AsyncIterator[bytes], max_line_bytes: int, max_bytes: int) -> AsyncIterator[bytes]:
     """The body's lines as they arrive; a line longer than the limit is cut just past it (the job
-    then refuses it by its length) and the rest of it dropped, never held whole."""
+    then refuses it by its length) and the rest of it dropped, never held whole. A body without a
+    Content-Length is counted: past `max_bytes` the upload stops with 413."""
     pending = bytearray()
     skipping = False
+    received = 0
     async for chunk in chunks:
+        received += len(chunk)
+        if received > max_bytes:
+            raise BatchError(f"the file is over the limit of {max_bytes} bytes; the lines before it were sent",
+                             status=413)
         pending += chunk
         while (end := pending.find(b"\n")) >= 0:
             if not skipping:
@@ -55,17 +60,6 @@ async def lines_of(chunks: AsyncIterator[bytes], max_line_bytes: int) -> AsyncIt
         yield bytes(pending)
 
 
-def output_line(row: OutputRow) -> bytes:
-    """A line of the output file, as `fleet batch results` writes it."""
-    outputs = row.result.as_floats().model_dump(mode="json")["outputs"]
-    return (json.dumps({"custom_id": row.custom_id, "line": row.line, "id": row.result.id, "outputs": outputs})
-            + "\n").encode()
-
-
-def error_line(row: ErrorRow) -> bytes:
-    return (json.dumps({"line": row.line, "custom_id": row.custom_id, "reason": row.reason}) + "\n").encode()
-
-
 def _refused(exc: BatchError) -> HTTPException:
     return HTTPException(exc.status, str(exc))
 
@@ -74,7 +68,8 @@ def batch_routes(jobs: BatchJobs, models: list[str]) -> APIRouter:
     routes = APIRouter(prefix="/v1/batches", tags=["batches"])
 
     async def submitted(job: str, tenant: str, request: Request) -> dict[str, Any]:
-        status = await jobs.submit(job, tenant, lines_of(request.stream(), jobs.settings.batch_max_line_bytes))
+        status = await jobs.submit(job, tenant, lines_of(request.stream(), jobs.settings.batch_max_line_bytes,
+                                                             jobs.settings.batch_max_file_bytes))
         return status.as_json()
 
     @routes.post("", summary="Upload a JSONL file as a batch job on the model's bulk lane",
