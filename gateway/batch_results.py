@@ -121,12 +121,12 @@ class JobResults:
         """One row per line answered `ok` (or `degraded`), the first answer of each, in topic order."""
         seen: set[int] = set()
         async for records, _ in self.read(job, {}):
-            fresh = [(line, r) for line, r in records if r.status in (Status.ok, Status.degraded) and line not in seen]
+            fresh = _first_of_each([(line, r) for line, r in records if r.status in (Status.ok, Status.degraded)],
+                                   seen)
             if not fresh:
                 continue
             names = await self.redis.hmget(batch_key(job, "lines"), [str(line) for line, _ in fresh])
             for (line, result), name in zip(fresh, names):
-                seen.add(line)
                 yield OutputRow(line, (name or b"").decode(), result)
 
     async def errors(self, job: str, *, with_failures: bool) -> AsyncIterator[ErrorRow]:
@@ -144,15 +144,14 @@ class JobResults:
             return
         reported: set[int] = set()
         async for records, _ in self.read(job, {}):
-            failed = [(line, r) for line, r in records if line not in reported
-                      and r.status not in (Status.ok, Status.degraded)]
+            failed = _first_of_each([(line, r) for line, r in records if r.status not in (Status.ok, Status.degraded)],
+                                    reported)
             if not failed:
                 continue
             still = await self._bits(batch_key(job, "failed"), [line for line, _ in failed])
             names = await self.redis.hmget(batch_key(job, "lines"), [str(line) for line, _ in failed])
             for (line, result), name, failing in zip(failed, names, still):
                 if failing:
-                    reported.add(line)
                     reason = f"{result.error.code}: {result.error.message}" if result.error else result.status.value
                     yield ErrorRow(line, (name or b"").decode() or None, reason)
 
@@ -169,3 +168,14 @@ async def behind(reader: Any, ends: dict[TopicPartition, int]) -> bool:
         if await reader.position(tp) < end:
             return True
     return False
+
+
+def _first_of_each(records: list[tuple[int, Result]], seen: set[int]) -> list[tuple[int, Result]]:
+    """The records of lines not in `seen`, one per line (a redelivered result can sit in the same
+    read as its first copy); their lines join `seen`."""
+    first = []
+    for line, result in records:
+        if line not in seen:
+            seen.add(line)
+            first.append((line, result))
+    return first

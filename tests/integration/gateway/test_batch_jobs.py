@@ -13,6 +13,7 @@ from gateway.batch_jobs import BatchError, BatchJobs, JobState, JobStatus, line_
 from gateway.settings import BatchSettings
 from gateway.client import FleetClient
 from gateway.settings import GatewaySettings
+from schemas.wire import ErrorInfo, Result, Status
 from tests.integration.conftest import MODEL, end_offsets
 from tests.integration.gateway.gateway_harness import in_process, issue_key
 
@@ -196,3 +197,22 @@ async def test_batches_over_http_under_each_callers_tenant(stack: FleetSettings,
     assert sorted(json.loads(row)["custom_id"] for row in output) == sorted(f"h-{i}" for i in range(30))
     assert sorted(e["line"] for e in errors) == [31, 32] and errors[0]["reason"]
     assert no_key.status_code == 401
+
+
+async def test_a_result_delivered_twice_counts_and_shows_once(jobs: BatchJobs, producer) -> None:  # type: ignore[no-untyped-def]
+    """At-least-once results topics: a worker's redelivery puts a line's result on the topic again,
+    often in the same read as the first copy. The job counts it once and writes it once."""
+    job = await jobs.create(TENANT, MODEL)
+    await jobs.submit(job.id, TENANT, iter(good_lines(5, "d")))
+    await jobs.cancel(job.id, TENANT)  # no worker computes these: the results below stand in for theirs
+    first_fail = Result(id=request_id(job.id, 5), model=MODEL, status=Status.error,
+                        error=ErrorInfo(code="worker_error", message="the batch failed"))
+    answers = [Result(id=request_id(job.id, n), model=MODEL, status=Status.ok, outputs={"embedding": [0.5] * 4})
+               for n in (1, 2, 3, 4, 5)]
+    for result in [first_fail, *answers, *answers]:
+        await producer.send_and_wait(job.results_topic, result.encode(), key=result.id.encode())
+    status = await jobs.status(job.id, TENANT)
+    assert (status.done, status.failed) == (5, 0), "line 5's later answer replaces its failure"
+    rows = [row async for row in jobs.output(job.id, TENANT)]
+    assert sorted(row.custom_id for row in rows) == [f"d-{i}" for i in range(5)]
+    assert [row async for row in jobs.errors(job.id, TENANT)] == []
