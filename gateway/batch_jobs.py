@@ -100,6 +100,27 @@ class _Chunk:
     digest: str
 
 
+class LaneOffsets:
+    """The end offsets of a lane's partitions, read before each chunk is sent (one consumer per submit)."""
+
+    def __init__(self, settings: BatchSettings, topic: str) -> None:
+        self.topic = topic
+        self._settings = settings
+        self._reader = new_consumer(settings, enable_auto_commit=False)
+        self._partitions: list[TopicPartition] = []
+
+    async def __aenter__(self) -> "LaneOffsets":
+        await self._reader.start()
+        self._partitions = await partitions_of(self._settings, self.topic)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._reader.stop()
+
+    async def ends(self) -> dict[int, int]:
+        return {tp.partition: offset for tp, offset in (await self._reader.end_offsets(self._partitions)).items()}
+
+
 class BatchJobs:
     """Jobs of every tenant; each call names the tenant and sees only that tenant's jobs."""
 
@@ -151,18 +172,19 @@ class BatchJobs:
         doubt = await self.redis.hgetall(batch_key(job, "doubt"))
         topic = await self.client.topic_for(status.model, 0)
         chunk_index = 0
-        async for chunk in self._chunks(lines):
-            if chunk_index < len(digests):
-                if chunk.digest != digests[chunk_index]:
-                    raise BatchError(f"lines {chunk.first}-{chunk.first + len(chunk.lines) - 1} differ from the file "
-                                     f"job {job} was submitted with", status=409)
-            else:
-                if await self._cancelled(job):
-                    return await self.status(job, tenant, collect=False)
-                already = await self._already_sent(job, topic, doubt) if doubt else set()
-                doubt = {}
-                await self._send(job, status, topic, chunk, already)
-            chunk_index += 1
+        async with LaneOffsets(self.settings, topic) as lane:
+            async for chunk in self._chunks(lines):
+                if chunk_index < len(digests):
+                    if chunk.digest != digests[chunk_index]:
+                        raise BatchError(f"lines {chunk.first}-{chunk.first + len(chunk.lines) - 1} differ from the "
+                                         f"file job {job} was submitted with", status=409)
+                else:
+                    if await self._cancelled(job):
+                        return await self.status(job, tenant, collect=False)
+                    already = await self._already_sent(job, topic, doubt) if doubt else set()
+                    doubt = {}
+                    await self._send(job, status, lane, chunk, already)
+                chunk_index += 1
         read = await self.redis.hget(batch_key(job), "read")
         await self.redis.hset(batch_key(job), mapping={"total": int(read or 0), "state": JobState.running.value})
         return await self.status(job, tenant, collect=False)
@@ -198,7 +220,7 @@ class BatchJobs:
             chunk.digest = digest.hexdigest()
             yield chunk
 
-    async def _send(self, job: str, status: JobStatus, topic: str, chunk: _Chunk, already: set[int]) -> None:
+    async def _send(self, job: str, status: JobStatus, lane: "LaneOffsets", chunk: _Chunk, already: set[int]) -> None:
         requests: list[Request] = []
         refused: dict[int, bytes] = {}
         custom_ids: dict[int, str] = {}
@@ -216,11 +238,11 @@ class BatchJobs:
                                              "reason": f"custom_id repeats line {duplicates[number]}'s"})
         requests = [r for r in requests if (line_of(job, r.id) or 0) in custom_ids]
         last = chunk.lines[-1][0]
-        ends = await self._end_offsets(topic)
+        ends = await lane.ends()
         await self.redis.hset(batch_key(job, "doubt"), mapping={"first": chunk.first, "last": last,
                                                           "offsets": json.dumps({str(p): o for p, o in ends.items()})})
         producer = self.client.producer
-        sending = [await producer.send(topic, r.encode(), key=r.id.encode())
+        sending = [await producer.send(lane.topic, r.encode(), key=r.id.encode())
                    for r in requests if line_of(job, r.id) not in already]
         await asyncio.gather(*sending)
         await self._record_chunk(job, chunk, custom_ids, refused)
@@ -240,15 +262,6 @@ class BatchJobs:
             for part in ("lines", "refused", "digests", "custom_ids"):
                 tx.expire(batch_key(job, part), ttl)
             await tx.execute()
-
-    async def _end_offsets(self, topic: str) -> dict[int, int]:
-        reader = new_consumer(self.settings, enable_auto_commit=False)
-        await reader.start()
-        try:
-            partitions = await partitions_of(self.settings, topic)
-            return {tp.partition: offset for tp, offset in (await reader.end_offsets(partitions)).items()}
-        finally:
-            await reader.stop()
 
     def _parse(self, job: str, status: JobStatus, number: int, line: bytes) -> tuple[str, Request] | str:
         if len(line) > self.settings.batch_max_line_bytes:
