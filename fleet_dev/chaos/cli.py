@@ -11,6 +11,8 @@ HTTP, the Python client and a Kafka pipeline while, one scenario at a time, it
     redis-pause    pauses Redis for 45 s (SIGSTOP/SIGCONT; --quick: 10 s)
     flood          floods 10,000 malformed records (--quick: 2,000) between valid requests
     http           sends 2,000 malformed HTTP requests (--quick: 500) to the gateway
+    batch          runs a batch job (10,000 lines; --quick 2,000) through a worker SIGKILL, a Kafka restart
+                   and a worker SIGSTOPped past its session: every line once in the job's output
 
 and prints a table per scenario: requests sent, accepted, answered, lost, duplicated, dead letters
 (by code, below the table), HTTP 5xx (all, and those answered to malformed input), worker restarts

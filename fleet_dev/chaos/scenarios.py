@@ -9,13 +9,19 @@ and the throughput's are measured from the end.
     flood          malformed records interleaved with valid requests on the request topic
     lanes-kill     a bulk backlog and an interactive one on their lanes, then SIGKILL a worker while
                    its bulk partitions are paused for the interactive lane: nothing is lost
+    batch          a batch job on the bulk lane while a worker is SIGKILLed, Kafka restarts and the
+                   other worker is SIGSTOPped past its session and woken: the job's output has every
+                   line once; the duplicates a plain reader of its results topic sees are counted
     http           malformed HTTP requests to the gateway
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,6 +37,7 @@ from fleet_dev.chaos.load import PIPELINE_DEADLINE_MS, SteadyLoad, pipeline_requ
 from fleet_dev.chaos.own_stack import ChaosStack
 from fleet_dev.chaos.processes import Fleet
 from fleet_dev.chaos.report import ScenarioReport
+from gateway import BatchJobs, BatchSettings, JobState
 from schemas.names import requests_topic
 from schemas.wire import now_ms
 
@@ -103,6 +110,67 @@ async def lanes_kill(run: Run, report: ScenarioReport) -> Window:
     report.notes.append(f"{count:,} bulk and {count:,} interactive requests produced; SIGKILLed {name} while it "
                         "served the interactive lane with bulk paused; started again at once")
     return at, at
+
+
+BATCH_TENANT = "chaos"
+STOPPED_S = 9.0  # past the workers' 6 s session timeout: the stopped worker's partitions move, then it wakes
+
+
+def _batch_jobs(run: Run) -> BatchJobs:
+    return BatchJobs(run.load.client, BatchSettings(**run.stack.client_settings.model_dump()))
+
+
+async def batch_job(run: Run, report: ScenarioReport) -> Window:
+    """A job is sent, the faults run while it drains, then the job is waited for and its output
+    checked; the window returned ends when the faults did."""
+    count = run.sizes.flood
+    lines = [json.dumps({"custom_id": f"c-{i}", "inputs": {"text": f"{run.load.text()} (batch line {i})"}}).encode()
+             for i in range(count)]
+    jobs = _batch_jobs(run)
+    job = (await jobs.create(BATCH_TENANT, run.model, name="chaos.jsonl")).id
+    await jobs.submit(job, BATCH_TENANT, iter(lines))
+    began = time.monotonic()
+    killed = run.fleet.kill_worker(0)
+    await asyncio.sleep(1.0)
+    await _restart(run.stack.stop_kafka, run.stack.start_kafka, "Kafka", report)
+    stopped = run.fleet.workers[1]
+    assert stopped.popen is not None
+    os.kill(stopped.popen.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(STOPPED_S)
+    finally:
+        os.kill(stopped.popen.pid, signal.SIGCONT)
+    faults_over = time.monotonic()
+    report.notes.append(f"batch job {job} of {count:,} lines sent; SIGKILLed {killed}, restarted Kafka, "
+                        f"SIGSTOPped {stopped.name} for {STOPPED_S:g} s, then SIGCONT")
+    await _check_job(jobs, job, count, run.sizes.drain_s * 3, report)
+    return began, faults_over
+
+
+async def _check_job(jobs: BatchJobs, job: str, count: int, wait_s: float, report: ScenarioReport) -> None:
+    give_up, state = time.monotonic() + wait_s, "status unread"
+    while time.monotonic() < give_up:
+        try:
+            status = await jobs.status(job, BATCH_TENANT)
+        except Exception as exc:  # Kafka or Redis still coming back: ask again
+            state = f"status unread: {type(exc).__name__}"
+        else:
+            state = status.state.value
+            if status.state is JobState.completed:
+                break
+        await asyncio.sleep(1.0)
+    custom_ids = [row.custom_id async for row in jobs.output(job, BATCH_TENANT)]
+    errors = [row async for row in jobs.errors(job, BATCH_TENANT)]
+    records, seen = 0, set()
+    async for batch, _ in jobs.results.read(job, {}):
+        records += len(batch)
+        seen.update(result.id for _, result in batch)
+    once = len(custom_ids) == len(set(custom_ids)) == count and not errors
+    report.checks["batch job: every line in its output exactly once"] = once
+    report.notes.append(f"batch job {state}: {len(set(custom_ids)):,}/{count:,} lines in the output, "
+                        f"{len(custom_ids) - len(set(custom_ids))} twice, {len(errors)} errors; a plain reader of its "
+                        f"results topic saw {records:,} records for {len(seen):,} lines, {records - len(seen):,} "
+                        "duplicates (workers do not write results in Kafka transactions yet)")
 
 
 async def kafka_restart(run: Run, report: ScenarioReport) -> Window:
@@ -256,5 +324,5 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("worker-kill", worker_kill), Scenario("kafka-restart", kafka_restart),
     Scenario("redis-restart", redis_restart), Scenario("redis-pause", redis_pause), Scenario("flood", flood),
-    Scenario("http", http_flood), Scenario("lanes-kill", lanes_kill),
+    Scenario("http", http_flood), Scenario("lanes-kill", lanes_kill), Scenario("batch", batch_job),
 )
