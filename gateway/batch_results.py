@@ -87,10 +87,14 @@ class JobResults:
             await self.redis.bitop("XOR", batch_key(job, "failed"), batch_key(job, "failed"), batch_key(job, "overlap"))
         await self.redis.delete(batch_key(job, "overlap"))
 
-    async def read(self, job: str, start: dict[int, int]
-                            ) -> AsyncIterator[tuple[list[tuple[int, Result]], dict[int, int]]]:
+    async def read(self, job: str, start: dict[int, int], *, committed_only: bool = True
+                   ) -> AsyncIterator[tuple[list[tuple[int, Result]], dict[int, int]]]:
+        """The job's results from `start` (partition: offset) to the topic's end, in slices with the
+        positions after each. `committed_only`: as a read_committed reader, without the results of
+        aborted delivery transactions (exactly-once lanes); False shows what a plain reader sees."""
         topic = batch_results_topic(job)
-        reader = new_consumer(self.settings, enable_auto_commit=False)
+        reader = new_consumer(self.settings, enable_auto_commit=False,
+                              isolation_level="read_committed" if committed_only else "read_uncommitted")
         await reader.start()
         try:
             partitions = await partitions_of(self.settings, topic)

@@ -283,7 +283,8 @@ class FleetClient:
         """Produce one request per text with a results topic, then read that topic until every
         id has a result (or `timeout` passes). Redelivered duplicates are counted, not returned."""
         await ensure_topics(self.settings, [results_topic], self.settings.partitions)
-        reader = new_consumer(self.settings, enable_auto_commit=False)
+        # read_committed: on exactly-once lanes, results of aborted transactions are not results.
+        reader = new_consumer(self.settings, enable_auto_commit=False, isolation_level="read_committed")
         await reader.start()
         try:
             partitions = await partitions_of(self.settings, results_topic)

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from common.clients import new_producer
 from common.redis_cluster import AnyRedis
 from models.backends.base import Backend
 from models.loading import ModelLoader
@@ -26,6 +27,7 @@ from workers.delivery.dead_letters import MAX_TEXT_CHARS as DEAD_LETTER_TEXT_CHA
 from workers.delivery.patience import Patience
 from workers.delivery.replication import Replication
 from workers.delivery.sink import ResultSink
+from workers.delivery.transactions import PartitionTransactions
 from workers.health.supervisor import Supervisor
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.redaction import Redactor
@@ -58,6 +60,7 @@ class WorkerParts:
     supervisor: Supervisor
     patience: Patience
     cancelled: CancelledBatches
+    transactions: PartitionTransactions
 
 
 async def _cancelled(task: "asyncio.Task[None]") -> None:
@@ -77,7 +80,9 @@ def serving_set(settings: WorkerSettings, first: Backend, load_version: Callable
 async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: ModelSet, loader: ModelLoader,
                    probe: Callable[[], None],
                    redis: AnyRedis, producer: AIOKafkaProducer, metrics: WorkerMetrics,
-                   exit_stack: AsyncExitStack) -> WorkerParts:
+                   group: str, consumer: Callable[[], AIOKafkaConsumer], exit_stack: AsyncExitStack) -> WorkerParts:
+    """`group` is the consumer group the worker joins and `consumer` gives its member of the moment
+    (the transactions commit offsets in that group and read them through it)."""
     stable = models.serving.stable
     policy = BatchPolicy(settings.max_batch_size, settings.max_queue_delay_ms, settings.batch_policy,
                          settings.preferred_batch_sizes)
@@ -115,6 +120,17 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
                                                       Redactor.with_defaults(settings.redact_patterns,
                                                                              max_chars=DEAD_LETTER_TEXT_CHARS))),
         patience=patience, cancelled=cancelled,
+        transactions=_transactions(settings, group, consumer, patience, metrics, exit_stack),
         stats=VersionStatsRecorder(redis, settings.model),
         tracer=DebugTracer(redis, producer, settings.model, Redactor.with_defaults(settings.redact_patterns),
                            refresh_s=settings.debug_switch_refresh_s))
+
+
+def _transactions(settings: WorkerSettings, group: str, consumer: Callable[[], AIOKafkaConsumer], patience: Patience,
+                  metrics: WorkerMetrics, exit_stack: AsyncExitStack) -> PartitionTransactions:
+    transactions = PartitionTransactions(
+        group, settings.exactly_once_topics(), consumer=consumer, patience=patience,
+        counted=lambda outcome: metrics.transactions.labels(model=settings.model, outcome=outcome).inc(),
+        make_producer=lambda transactional_id: new_producer(settings, linger_ms=1, transactional_id=transactional_id))
+    exit_stack.push_async_callback(transactions.release)
+    return transactions

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from common.clients import new_consumer
 from common.settings import FleetSettings
@@ -31,13 +31,19 @@ LEAVE_TIMEOUT_S = 20.0
 
 def group_consumer(settings: FleetSettings, topics: Sequence[str], *, group: str, client_id: str, max_poll_records: int,
                    session_timeout_ms: int, auto_offset_reset: str = "earliest",
-                   group_instance_id: str | None = None, fetch_max_wait_ms: int = 500) -> AIOKafkaConsumer:
-    """A consumer-group member that commits by hand, after delivery."""
-    return new_consumer(
+                   group_instance_id: str | None = None, fetch_max_wait_ms: int = 500,
+                   listener: ConsumerRebalanceListener | None = None) -> AIOKafkaConsumer:
+    """A consumer-group member that commits by hand, after delivery; `listener` hears its rebalances."""
+    consumer = new_consumer(
         settings, *topics, group_id=group, client_id=client_id, enable_auto_commit=False,
         auto_offset_reset=auto_offset_reset, max_poll_records=max_poll_records, fetch_max_wait_ms=fetch_max_wait_ms,
         metadata_max_age_ms=METADATA_MAX_AGE_MS, session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=max(session_timeout_ms // 3, 100), group_instance_id=group_instance_id)
+        heartbeat_interval_ms=max(session_timeout_ms // 3, 100), group_instance_id=group_instance_id,
+        # A primary forwards to its CPU fallback in transactions on exactly-once lanes: an aborted forward is never served.
+        isolation_level="read_committed")
+    if listener is not None:
+        consumer.subscribe(list(topics), listener=listener)  # the same topics: only the listener is new
+    return consumer
 
 
 async def started_consumer(settings: FleetSettings, what: str, make: Callable[[], AIOKafkaConsumer]) -> AIOKafkaConsumer:

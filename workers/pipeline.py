@@ -46,6 +46,7 @@ from workers.compute.prepare import Prepared, encode_groups, off_the_loop, sort_
 from workers.compute.provenance import Provenance
 from workers.compute.threads import in_thread
 from workers.delivery.offsets import backlog_drained, commit_records, hand_on, owned_partitions
+from workers.delivery.deliver import BatchDelivery
 from workers.delivery.sink import Outcome
 from workers.delivery.version_stats import record_versions
 from workers.observability.metrics import WorkerMetrics
@@ -191,10 +192,12 @@ class ComputeStage:
 
 @dataclass(frozen=True)
 class Delivered:
-    """A computed batch and the outcomes that were delivered for it (those of partitions still owned)."""
+    """A computed batch and the outcomes that were delivered for it (those of partitions still owned);
+    `transacted` names the partitions whose offsets a transaction committed (or a fence refused)."""
 
     batch: Computed
     outcomes: list[Outcome]
+    transacted: frozenset[tuple[str, int]] = frozenset()
 
 
 class Settler:
@@ -227,7 +230,8 @@ class Settler:
 
     async def settle(self, delivered: list[Delivered]) -> None:
         outcomes = [outcome for item in delivered for outcome in item.outcomes]
-        records = [record for item in delivered for record in item.batch.records]
+        records = [record for item in delivered for record in item.batch.records
+                   if (record.topic, record.partition) not in item.transacted]
         # None of these raises: a refused commit is redelivered, caches, traces and stats are best effort.
         await asyncio.gather(commit_records(self._consumer(), records),
                              *(self._caches.remember(item.batch) for item in delivered),
@@ -269,6 +273,8 @@ class Pipeline:
         self._reject_overlong = settings.overlong_inputs == OverlongInputs.reject
         self._triage_rules = settings.triage_rules  # one, so its verdicts on results topics are remembered
         self._who_by_version: dict[str, Provenance] = {}
+        self._delivery = BatchDelivery(parts.sink, parts.transactions, parts.patience,
+                                       forwarded=lambda count: metrics.forwarded.labels(**labels()).inc(count))
 
     async def run(self, burst: bool, stage_ended: Callable[["asyncio.Task[Any]"], None]) -> bool:
         """All stages at once; the first to fail ends the session and its error is raised as is.
@@ -294,7 +300,10 @@ class Pipeline:
                 for task in tasks.values():
                     task.add_done_callback(stage_ended)
         except BaseExceptionGroup as group:
-            raise group.exceptions[0] from group  # the first stage failure is the cause; pass it on as is
+            cause: BaseException = group
+            while isinstance(cause, BaseExceptionGroup):  # a stage's own task group (in_order) nests one more
+                cause = cause.exceptions[0]
+            raise cause from group  # the first stage failure is the cause; pass it on as is
         return bool(tasks["collect"].result())
 
     # intake
@@ -354,40 +363,30 @@ class Pipeline:
 
     # deliver
     async def _deliver(self, batch: Computed) -> Delivered:
+        turn = self._delivery.take_turn()  # before any await: transactions commit in the order batches came
         started = time.perf_counter()
         # Records of partitions a rebalance took away are the new owner's to answer.
         owned = owned_partitions(self._consumer())
         outcomes = [o for o in batch.outcomes if o.source is None or (o.source[0], o.source[1]) in owned]
         letters = [d for d in batch.dead_letters if (d.topic, d.partition) in owned]
-        await self._parts.sink.deliver(outcomes, letters)
+        if batch.unanswered and self._settings.role is Role.fallback:
+            # The device failed before computing these, and a fallback has nowhere to send them.
+            reason = str(batch.run and batch.run.device_error)
+            who = self.who_for(self._parts.models.serving.stable)
+            unanswered = [Outcome.of(item, who.error(item.request.id, "device_failed", reason))
+                          for item in batch.unanswered]
+            outcomes += unanswered
+            batch.outcomes += unanswered
+        # A primary forwards them to their lane's CPU fallback topic, committed here only once they are there.
+        forwards = [((item.record.topic, item.record.partition, item.record.offset),
+                     (Lanes.fallback_of(item.record.topic), item.record.value or b"", item.record.key))
+                    for item in batch.unanswered] if self._settings.role is not Role.fallback else []
+        transacted = await self._delivery.deliver(turn, batch.records, owned, outcomes, letters, forwards)
         elapsed = time.perf_counter() - started
         labels = self._labels()
         self._metrics.delivery.labels(**labels).observe(elapsed)
         self._metrics.stage.labels(**labels, stage="delivery").observe(elapsed)
-        if batch.unanswered:
-            await self._hand_over(batch)  # before the settler commits them: they are on the fallback topic
-        return Delivered(batch, outcomes)
-
-    async def _hand_over(self, batch: Computed) -> None:
-        """The device failed before computing these: a primary forwards them to the CPU fallback
-        topic (committed here only once they are there); a fallback worker has nowhere to send
-        them and answers with an error."""
-        sink = self._parts.sink
-        if self._settings.role is Role.fallback:
-            reason = str(batch.run and batch.run.device_error)
-            who = self.who_for(self._parts.models.serving.stable)
-            outcomes = [Outcome.of(item, who.error(item.request.id, "device_failed", reason))
-                        for item in batch.unanswered]
-            await sink.deliver(outcomes, [])
-            batch.outcomes += outcomes
-            return
-        by_topic: dict[str, list[tuple[bytes | None, bytes]]] = {}
-        for item in batch.unanswered:  # each to its own lane's fallback topic
-            by_topic.setdefault(Lanes.fallback_of(item.record.topic), []).append(
-                (item.record.key, item.record.value or b""))
-        for topic, originals in by_topic.items():
-            await sink.forward(topic, originals)
-            self._metrics.forwarded.labels(**self._labels()).inc(len(originals))
+        return Delivered(batch, outcomes, transacted)
 
     def who_for(self, backend: Backend) -> Provenance:
         """Who computes with `backend`: stamped on its results (fallback workers answer `degraded`)."""

@@ -125,6 +125,40 @@ class WorkerSettings(ModelMemberSettings):
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
 
+    exactly_once: str = Field("", description="Lanes whose results-topic records, dead letters and fallback "
+                              "forwards are written in Kafka transactions together with the offsets they answer, "
+                              "so that readers with isolation_level=read_committed see each result once even "
+                              "through worker kills, broker restarts and fenced zombies: 'all', lane names "
+                              "separated by commas (e.g. 'bulk'), or empty for none (at least once). See "
+                              "workers/delivery/transactions.py; costs a transaction per partition and batch")
+
+    @model_validator(mode="after")
+    def _exactly_once_names_lanes(self) -> "WorkerSettings":
+        _ = self.exactly_once_lanes
+        return self
+
+    @property
+    def exactly_once_lanes(self) -> frozenset[str]:
+        """The lanes delivered in transactions (FLEET_EXACTLY_ONCE)."""
+        text = self.exactly_once.strip()
+        if text in ("", "off", "none"):
+            return frozenset()
+        names = [lane.name for lane in self.lane_plan.lanes]
+        if text == "all":
+            return frozenset(names)
+        chosen = frozenset(part.strip() for part in text.split(",") if part.strip())
+        unknown = sorted(chosen - set(names))
+        if unknown:
+            raise ValueError(f"exactly_once: {', '.join(unknown)} is not a lane; the lanes are {', '.join(names)} "
+                             f"(or 'all', or empty for none)")
+        return chosen
+
+    def exactly_once_topics(self) -> frozenset[str]:
+        """Request topics (primary and fallback) of the lanes delivered in transactions."""
+        plan = self.lane_plan
+        lanes = [plan.named(name) for name in self.exactly_once_lanes]
+        return frozenset(plan.topic(self.model, lane, fallback=fallback) for lane in lanes for fallback in (False, True))
+
     @model_validator(mode="after")
     def _faults_only_when_allowed(self) -> "WorkerSettings":
         refusal = self.fault_refusal()

@@ -37,6 +37,7 @@ from workers.cache.batch import BatchCaches
 from workers.compute.compute import Computed
 from workers.compute.parallelism import batches_in_flight
 from workers.compute.threads import stage_threads
+from workers.delivery.transactions import Fenced
 from workers.health.faults import FaultInjector
 from workers.health.supervisor import Supervisor, beat_failed
 from workers.membership import KafkaMember, group_consumer, started_consumer
@@ -110,7 +111,8 @@ class Worker(KafkaMember):
         self._parts = await assemble(self.settings, who, models=models, loader=loader, redis=self._redis,
                                      producer=self._producer,
                                      probe=self.faults.wrap_probe(lambda: inner.infer([probe_input])),
-                                     metrics=self.metrics, exit_stack=self._exit)
+                                     metrics=self.metrics, group=self.group, consumer=self._require_consumer,
+                                     exit_stack=self._exit)
         self._health = self.metrics.healthy.labels(model=self.settings.model, role=self.settings.role.value,
                                                    device=self.backend.device, worker=self.worker_id)
         self._exit.callback(self._health.set, 0)
@@ -137,7 +139,8 @@ class Worker(KafkaMember):
             max_poll_records=self.settings.max_batch_size, fetch_max_wait_ms=100,
             session_timeout_ms=self.settings.session_timeout_ms,
             # Static membership: a restarted worker gets its partitions back without a rebalance.
-            group_instance_id=self.worker_id if self.settings.static_membership else None))
+            group_instance_id=self.worker_id if self.settings.static_membership else None,
+            listener=self.parts.transactions.listener() if self.parts.transactions.enabled else None))
         self._collector = BatchCollector(self._consumer, self.parts.policy, stopping=self._leaving,
                                          model_has_room=self._activity.has_room,
                                          model_working=lambda: self._activity.pending > 0)
@@ -167,7 +170,14 @@ class Worker(KafkaMember):
                     if not await self._unless_stopped(self._join()):
                         break  # a group that does not settle must not hold up a stop
                     log.info("worker %s rejoined group %s", self.worker_id, self.group)
-                drained = await self._serve_session(burst)
+                try:
+                    drained = await self._serve_session(burst)
+                except Fenced as fenced:
+                    # A zombie's partitions moved while it slept: what it holds is the new owner's to answer.
+                    log.warning("worker %s: %s; leaving group %s to start again from the committed offsets",
+                                self.worker_id, fenced, self.group)
+                    await self._leave()
+                    continue
                 if drained or self._stop_requested.is_set():
                     break
                 self.metrics.failovers.labels(**self._labels).inc()
@@ -177,6 +187,11 @@ class Worker(KafkaMember):
         finally:
             await self.supervisor.stop()
         return self.processed
+
+    async def _leave(self) -> None:
+        await super()._leave()
+        if self._parts is not None:
+            await self._parts.transactions.release()  # a rejoin starts them again, fencing as it does
 
     def _leaving(self) -> bool:
         return self._stop_requested.is_set() or not self.supervisor.may_serve

@@ -100,6 +100,8 @@ def _node_properties(
         "offsets.topic.num.partitions": str(partitions),
         "transaction.state.log.replication.factor": str(replication.factor),
         "transaction.state.log.min.isr": str(replication.min_insync),
+        # Kafka's 50 would be created at the first transaction (exactly-once lanes), holding up its start.
+        "transaction.state.log.num.partitions": str(partitions),
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",  # the fleet creates the topics it needs (issue 13)
         "delete.topic.enable": "true",

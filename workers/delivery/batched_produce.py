@@ -63,6 +63,19 @@ async def produce_batched(producer: AIOKafkaProducer, sends: Sequence[Send],
     return errors
 
 
+async def send_alone(producer: AIOKafkaProducer, sends: Sequence[Send]) -> Errors:
+    """Each send in a batch of its own, acknowledged before the next: after a refused batch, the
+    verdict on every record alone (the producer would gather concurrent sends into one batch)."""
+    errors: Errors = []
+    for topic, value, key in sends:
+        try:
+            await (await producer.send(topic, value, key=key))
+            errors.append(None)
+        except Exception as exc:
+            errors.append(exc)
+    return errors
+
+
 async def _hand_over_all(producer: AIOKafkaProducer, sends: Sequence[Send]) -> tuple[Errors, list[int], Handed]:
     """Every send that may go batched, handed to the producer: the errors so far, the sends to
     send alone, and each batch's acknowledgement with the sends it holds."""

@@ -21,7 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from common.redis_cluster import AnyRedis
 from schemas.names import DLQ_TOPIC, reply_stream, result_key
 from schemas.wire import DeadLetter, Request, Result, Status
-from workers.delivery.batched_produce import Send, produce_batched
+from workers.delivery.batched_produce import Send, produce_batched, send_alone
 from workers.delivery.cluster_writes import ResultWrite, write_on_cluster
 from workers.delivery.replication import Replication
 from workers.delivery.turns import Turn, Turns
@@ -141,14 +141,14 @@ class ResultSink:
         deliveries began (workers/delivery/turns.py)."""
         turn = self._turns.take()
         try:
-            refused, *_ = await asyncio.gather(self._send_to_topics(outcomes, turn), self._write_redis(outcomes),
+            refused, *_ = await asyncio.gather(self._send_to_topics(outcomes, turn), self.write_redis(outcomes),
                                                self._send_dead_letters(dead_letters))
         finally:
             turn.release()
         if refused:
             await self._send_dead_letters(refused)
 
-    async def _write_redis(self, outcomes: list[Outcome]) -> None:
+    async def write_redis(self, outcomes: list[Outcome]) -> None:
         """Every result key and reply-stream entry of a batch in one script call: one command to
         pack and one reply to parse instead of two per result, which is most of what a cache hit
         costs the worker."""
@@ -189,16 +189,30 @@ class ResultSink:
         # A master that dies before its replica has the writes may have lost them: written again.
         await self._patience.until_done("redis", write_and_replicate)
 
+    @staticmethod
+    def topic_sends(outcomes: list[Outcome]) -> list[tuple[Outcome, Send]]:
+        """What goes to results topics: each outcome whose request named one, keyed by request id."""
+        return [(outcome, (outcome.request.reply.topic, outcome.payload, outcome.result.id.encode()))
+                for outcome in outcomes if outcome.request is not None and outcome.request.reply.topic]
+
+    def letter_send(self, letter: DeadLetter) -> Send:
+        """A dead letter as the DLQ gets it (masked, or with its original bytes: the policy says)."""
+        return DLQ_TOPIC, self._dead_letters.outgoing(letter).encode(), None
+
+    async def ensure_topics(self, topics: Iterable[str]) -> None:
+        """Create the results topics a delivery names that were not seen before (outages raise)."""
+        for topic in dict.fromkeys(topics):
+            await self._ensure_known(topic)
+
     async def _send_to_topics(self, outcomes: list[Outcome], turn: Turn) -> list[DeadLetter]:
         """Produce each result to its topic; the ones a topic refuses for good come back as dead letters."""
-        bound = [(outcome, outcome.request.reply.topic) for outcome in outcomes
-                 if outcome.request is not None and outcome.request.reply.topic]
-        sends = [(topic, outcome.payload, outcome.result.id.encode()) for outcome, topic in bound]
+        bound = self.topic_sends(outcomes)
+        sends = [send for _, send in bound]
         refused = await self._produce(sends, turn=turn)
         if not refused:
             return []
-        by_send = {id(send): outcome for send, (outcome, _) in zip(sends, bound, strict=True)}
-        return [_undeliverable(by_send[id(send)], send[0], exc) for send, exc in refused]
+        by_send = {id(send): outcome for outcome, send in bound}
+        return [undeliverable(by_send[id(send)], send[0], exc) for send, exc in refused]
 
     async def _send_dead_letters(self, dead_letters: list[DeadLetter]) -> None:
         outgoing = [self._dead_letters.outgoing(letter) for letter in dead_letters]
@@ -271,16 +285,7 @@ class ResultSink:
         return [handle if isinstance(handle, BaseException) else _error_of(handle) for handle in handles]
 
     async def _send_alone(self, sends: list[Send]) -> list[BaseException | None]:
-        """Each send in a batch of its own, acknowledged before the next: after a refused batch, the
-        verdict on every record alone (the producer would gather concurrent sends into one batch)."""
-        errors: list[BaseException | None] = []
-        for topic, value, key in sends:
-            try:
-                await (await self._producer.send(topic, value, key=key))
-                errors.append(None)
-            except Exception as exc:
-                errors.append(exc)
-        return errors
+        return await send_alone(self._producer, sends)
 
     async def _ensure_known(self, topic: str) -> None:
         if self._ensure_topic is not None and topic not in self._known_topics:
@@ -295,7 +300,8 @@ def _error_of(ack: "asyncio.Future[object]") -> BaseException | None:
     return ack.exception()
 
 
-def _undeliverable(outcome: Outcome, topic: str, exc: BaseException) -> DeadLetter:
+def undeliverable(outcome: Outcome, topic: str, exc: BaseException) -> DeadLetter:
+    """A result its topic refused for good, as a dead letter that carries it."""
     source_topic, partition, offset = outcome.source or ("", -1, -1)
     payload = outcome.payload
     return DeadLetter(reason=f"result {outcome.result.id} could not be produced to {topic}: "

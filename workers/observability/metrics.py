@@ -88,6 +88,9 @@ class WorkerMetrics:
         self.waiting = Gauge(f"{PREFIX}_worker_waiting", "1 while delivery waits for a dependency (redis, kafka) "
                              "to answer again; the worker's partitions are paused meanwhile", ["dependency"],
                              registry=reg)
+        self.transactions = Counter(f"{PREFIX}_worker_transactions", "Delivery transactions of exactly-once lanes "
+                                    "by outcome: committed, skipped (answered before) or fenced (another worker "
+                                    "serves the partition now)", ["model", "outcome"], registry=reg)
         self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
         self._series: dict[tuple[str, ...], _ModelSeries] = {}

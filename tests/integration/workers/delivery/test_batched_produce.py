@@ -6,13 +6,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from common.clients import new_consumer, new_producer
 from common.settings import FleetSettings
 from common.topics import ensure_topics, partitions_of
-from workers.delivery.batched_produce import Errors, Send, produce_batched
+from workers.delivery.batched_produce import Errors, Send, produce_batched, send_alone
 from workers.delivery.patience import is_permanent
 from workers.delivery.turns import Turn, Turns
 
@@ -44,24 +43,13 @@ async def read_all(settings: FleetSettings, topic: str, count: int) -> list[tupl
         await consumer.stop()
 
 
-async def one_at_a_time(producer: AIOKafkaProducer, sends: list[Send]) -> list[BaseException | None]:
-    errors: list[BaseException | None] = []
-    for topic, value, key in sends:
-        try:
-            await (await producer.send(topic, value, key=key))
-            errors.append(None)
-        except KafkaError as exc:
-            errors.append(exc)
-    return errors
-
-
 async def test_records_land_on_their_keys_partitions_in_order(stack: FleetSettings,
                                                               worker_like_producer: AIOKafkaProducer) -> None:
     topic = f"fleet.results.batched-{secrets.token_hex(4)}"
     await ensure_topics(stack, [topic], PARTITIONS)
     sends: list[Send] = [(topic, f"value-{i}".encode(), secrets.token_hex(16).encode()) for i in range(300)]
 
-    errors = await produce_batched(worker_like_producer, sends, lambda s: one_at_a_time(worker_like_producer, s))
+    errors = await produce_batched(worker_like_producer, sends, lambda s: send_alone(worker_like_producer, s))
 
     assert errors == [None] * len(sends)
     records = await read_all(stack, topic, len(sends))
@@ -84,9 +72,9 @@ async def test_a_record_over_the_request_size_fails_alone(stack: FleetSettings,
     sends: list[Send] = [(topic, f"small-{i}".encode(), f"key-{i}".encode()) for i in range(40)]
     sends.insert(20, (topic, b"x" * 2_000_000, b"big"))
 
-    errors = await produce_batched(worker_like_producer, sends, lambda s: one_at_a_time(worker_like_producer, s))
+    errors = await produce_batched(worker_like_producer, sends, lambda s: send_alone(worker_like_producer, s))
     later = await produce_batched(worker_like_producer, [(topic, b"after", b"k")],
-                                  lambda s: one_at_a_time(worker_like_producer, s))
+                                  lambda s: send_alone(worker_like_producer, s))
 
     assert [index for index, exc in enumerate(errors) if exc is not None] == [20]
     assert is_permanent(errors[20])  # type: ignore[arg-type]
@@ -102,7 +90,7 @@ async def test_a_topic_without_metadata_fails_as_an_outage_not_for_good(stack: F
     await producer.start()
     try:
         sends: list[Send] = [(f"fleet.results.absent-{secrets.token_hex(4)}", b"v", b"k")]
-        errors = await produce_batched(producer, sends, lambda s: one_at_a_time(producer, s))
+        errors = await produce_batched(producer, sends, lambda s: send_alone(producer, s))
     finally:
         await producer.stop()
     assert errors[0] is not None and not is_permanent(errors[0])
@@ -120,7 +108,7 @@ async def test_overlapping_deliveries_keep_the_order_they_began_in(stack: FleetS
 
     async def deliver(sends: list[Send], turn: Turn, delay_s: float) -> Errors:
         await asyncio.sleep(delay_s)
-        return await produce_batched(worker_like_producer, sends, lambda s: one_at_a_time(worker_like_producer, s),
+        return await produce_batched(worker_like_producer, sends, lambda s: send_alone(worker_like_producer, s),
                                      turn)
 
     errors = await asyncio.gather(deliver(second, later, 0.0), deliver(first, earlier, 0.05))
