@@ -7,10 +7,13 @@ Two workers serve a bench-only alias of minilm-embed (caches off, so every line 
              status every second with its progress bar, then the output written as `fleet batch
              results` writes it; the job's rate is N over the time from the submit's start until its
              last line is answered
+  exactly    the same job again, the workers started again with FLEET_EXACTLY_ONCE=bulk: results and
+             offsets in one Kafka transaction per partition and batch (workers/delivery/transactions.py)
 
-The table: both rates, their ratio (the issue's target: >= 0.9), and the output's check: one line per
-custom_id, none twice, every line answered or in the errors file. JSON beside it in
-`<home>/bench/batch.json`.
+The table: the rates, each job's against the saturated one (the issue's target: >= 0.9), what
+transactions cost (exactly against job; the target: <= 10%), and the output's check: one line per
+custom_id, none twice, every line answered or in the errors file, and as many records on the results
+topic for a read_committed reader as lines. JSON beside it in `<home>/bench/batch.json`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -87,8 +91,33 @@ async def job(client: FleetClient, path: Path, lines: int, output: Path) -> dict
             seen.add(row.custom_id)
             out.write(json.dumps({"custom_id": row.custom_id, "line": row.line}) + "\n")
     errors = [row async for row in jobs.errors(status.id, TENANT)]
+    records = 0
+    async for batch, _ in jobs.results.read(status.id, {}):
+        records += len(batch)
     return {"rate": lines / elapsed, "elapsed_s": elapsed, "submit_s": submitted_s, "output_lines": len(seen),
-            "repeated": repeated, "errors": len(errors), "done": status.done}
+            "repeated": repeated, "errors": len(errors), "done": status.done, "topic_records": records}
+
+
+@asynccontextmanager
+async def serving(env: dict[str, str], count: int, home: Path, tag: str) -> AsyncIterator[None]:
+    workers = [WorkerProcess({**env, "FLEET_WORKER_ID": f"batchbench-{tag}{i}"}, home / f"worker-{tag}{i}.log")
+               for i in range(count)]
+    try:
+        for worker in workers:
+            worker.__enter__()
+        for worker in workers:
+            await asyncio.to_thread(worker.wait_ready, 120)
+        yield
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def row(name: str, ran: dict[str, float], rate: float, lines: int) -> tuple[str, ...]:
+    once = ran["output_lines"] + ran["errors"] == lines and ran["repeated"] == 0 and ran["topic_records"] == lines
+    return (name, f"{ran['rate']:.1f}", f"{ran['rate'] / rate:.2f}", f"{ran['elapsed_s']:.0f}",
+            f"{ran['output_lines']:,}", str(ran["repeated"]), f"{ran['topic_records']:,}", str(ran["errors"]),
+            "yes" if once else "NO")
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -103,35 +132,33 @@ async def main_async(args: argparse.Namespace) -> int:
     env = {"FLEET_MODEL": BENCH_MODEL, "FLEET_MODEL_DIR": str(alias.root), "FLEET_EXACT_CACHE": "false",
            "FLEET_SEMANTIC_CACHE": "false", "FLEET_SESSION_TIMEOUT_MS": "6000", "FLEET_RESULT_TTL_S": "120",
            "FLEET_MAX_BATCH_SIZE": str(args.max_batch)}
-    workers = [WorkerProcess({**env, "FLEET_WORKER_ID": f"batchbench-{i}"}, home / f"worker-{i}.log")
-               for i in range(args.workers)]
     file = home / "job.jsonl"
     write_file(file, args.lines, texts)
-    try:
-        for worker in workers:
-            worker.__enter__()
-        for worker in workers:
-            await asyncio.to_thread(worker.wait_ready, 120)
-        async with FleetClient() as client:
+    async with FleetClient() as client:
+        async with serving(env, args.workers, home, ""):
             print(f"saturated: {args.lines:,} requests straight to the bulk lane", file=sys.stderr)
             rate = await saturated(client, settings, args.lines, texts)
             print(f"job: {args.lines:,} lines from {file}", file=sys.stderr)
             ran = await job(client, file, args.lines, home / "out.jsonl")
-    finally:
-        for worker in workers:
-            worker.stop()
-    ratio = ran["rate"] / rate
-    exact = ran["output_lines"] + ran["errors"] == args.lines and ran["repeated"] == 0
+        async with serving({**env, "FLEET_EXACTLY_ONCE": "bulk"}, args.workers, home, "exactly-"):
+            print(f"job, exactly once: {args.lines:,} lines from {file}", file=sys.stderr)
+            exactly = await job(client, file, args.lines, home / "out-exactly-once.jsonl")
+    ratio, cost = ran["rate"] / rate, 1 - exactly["rate"] / ran["rate"]
+    rows = [row("batch job", ran, rate, args.lines), row("batch job, FLEET_EXACTLY_ONCE=bulk", exactly, rate, args.lines)]
+    exact = all(r[-1] == "yes" for r in rows)
     print(f"\n{args.workers} workers, max batch {args.max_batch}, {args.lines:,} lines; logs and files in {home}\n")
-    print(format_table(("run", "req/s", "x saturated", "s", "output lines", "repeated", "errors", "every line once"), [
-        ("saturated (straight to Kafka)", f"{rate:.1f}", "1.00", f"{args.lines / rate:.0f}", "-", "-", "-", "-"),
-        ("batch job", f"{ran['rate']:.1f}", f"{ratio:.2f}", f"{ran['elapsed_s']:.0f}", f"{ran['output_lines']:,}",
-         str(ran["repeated"]), str(ran["errors"]), "yes" if exact else "NO")]))
+    print(format_table(("run", "req/s", "x saturated", "s", "output lines", "repeated", "topic records", "errors",
+                        "every line once"),
+                       [("saturated (straight to Kafka)", f"{rate:.1f}", "1.00", f"{args.lines / rate:.0f}",
+                         "-", "-", "-", "-", "-"), *rows]))
     print(f"\nsubmit took {ran['submit_s']:.1f} s of the job's {ran['elapsed_s']:.0f} s (the workers start on the "
           "first chunk)")
+    print(f"exactly once (results and offsets in one transaction per partition and batch) cost {cost:.1%} of the "
+          f"job's rate ({exactly['rate']:.1f} against {ran['rate']:.1f} req/s)")
     out = settings.home / "bench" / "batch.json"
     out.write_text(json.dumps({"meta": {"started": f"{datetime.now():%Y-%m-%d %H:%M}", "args": vars(args)},
-                               "saturated_rate": rate, "job": ran, "ratio": ratio}))
+                               "saturated_rate": rate, "job": ran, "ratio": ratio, "exactly_once": exactly,
+                               "exactly_once_cost": cost}))
     print(out)
     return 0 if exact else 1
 

@@ -22,6 +22,9 @@ WORKER_READY = "ready:"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 WATCH_INTERVAL_S = 0.3
+# Batch jobs ride the bulk lane, delivered in transactions; the steady load's interactive lane stays at
+# least once, so one run shows both: the batch scenario's read_committed count and the table's duplicates.
+EXACTLY_ONCE_LANES = "bulk"
 RESTART_AFTER_S = 1.0  # a process that dies at once is started again no more than once a second
 
 
@@ -106,7 +109,7 @@ class Fleet:
     def planned(cls, env: dict[str, str], log_dir: Path, *, model: str, gateway_port: int, workers: int = 2) -> Fleet:
         # One intra-op thread each, no spinning: the machine also runs Kafka, Redis, the gateway and the load.
         worker_env = {**env, "FLEET_MODEL": model, "FLEET_INTRA_OP_THREADS": "1", "FLEET_INTRA_OP_SPINNING": "false",
-                      "FLEET_SESSION_TIMEOUT_MS": "6000"}
+                      "FLEET_SESSION_TIMEOUT_MS": "6000", "FLEET_EXACTLY_ONCE": EXACTLY_ONCE_LANES}
         members = [FleetProcess(f"worker-{n}", "workers.main", {**worker_env, "FLEET_WORKER_ID": f"chaos-worker-{n}"},
                                 log_dir / f"worker-{n}.log") for n in range(1, workers + 1)]
         gateway = FleetProcess("gateway", "gateway.main", {**env, "FLEET_PORT": str(gateway_port),
