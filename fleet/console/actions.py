@@ -3,6 +3,7 @@ matching `fleet` command calls, and goes back to its page saying what happened."
 
 from __future__ import annotations
 
+import logging
 import time
 
 from fastapi import APIRouter, Request
@@ -13,12 +14,15 @@ from fleet.commands.debug import switch_off, switch_on
 from fleet.commands.dlq_store import parse_ends, purge, replay, select_letters
 from fleet.commands.rollout import OPERATOR_ACTIONS, operator_action, start_rollout
 from fleet.commands.workers import drain_worker, undrain_worker
+from fleet.console.batches import batch_jobs
+from gateway import BatchError
 from fleet.console.web import admin_change, back, console_of, render
 from models import ModelRegistry
 from schemas.wire import now_ms
 from versions import VersionPointers
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 MAX_REPLAY = 1000
 MAX_DEBUG_MINUTES = 60.0
 
@@ -58,6 +62,18 @@ async def worker_switch(request: Request, worker: str, switch: str) -> Response:
     else:
         return back("/workers", f"unknown switch {switch[:40]!r}")
     return back("/workers", f"{worker} {said}")
+
+
+@router.post("/batches/{tenant}/{job}/cancel")
+async def batch_cancel(request: Request, tenant: str, job: str) -> Response:
+    operator, form = await admin_change(request)
+    try:
+        status = await batch_jobs(console_of(request)).cancel(job, tenant)
+    except BatchError as exc:
+        return back("/batches", str(exc))
+    log.warning("%s cancelled batch job %s of tenant %s: %s", operator.actor, job, tenant,
+                _reason(form.one("reason"), "cancelled"))
+    return back("/batches", f"batch job {job} of {tenant}: {status.state.value}")
 
 
 @router.post("/dlq/replay")

@@ -50,7 +50,8 @@ class DeadLetterShelf:
 
     async def _start(self) -> AIOKafkaConsumer:
         self._partitions = await partitions_of(self.settings, DLQ_TOPIC)
-        consumer = new_consumer(self.settings, enable_auto_commit=False)
+        # read_committed: a letter written in an aborted delivery transaction was never dead-lettered.
+        consumer = new_consumer(self.settings, enable_auto_commit=False, isolation_level="read_committed")
         await consumer.start()
         if self._partitions:
             consumer.assign(self._partitions)

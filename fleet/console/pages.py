@@ -15,6 +15,7 @@ from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_
                                       replay_marks, select_letters, time_bound)
 from fleet.commands.dlq import replayed_cell
 from fleet.commands.keys import when
+from fleet.console.batches import batch_jobs, job_row, recent_jobs
 from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
 from fleet.commands.rollout import OPERATOR_ACTIONS
 from fleet.console.assignments import partitions_of_worker
@@ -26,6 +27,8 @@ from schemas.wire import now_ms
 
 router = APIRouter()
 USAGE_ROWS = 200  # the busiest tenants of the hour
+BATCH_ROWS = 100  # the newest jobs of every tenant
+BATCH_COLLECTED = 10  # running jobs whose progress is read from their results topics per page
 
 
 def usage_row(usage: TenantUsage) -> dict[str, object]:
@@ -107,6 +110,21 @@ async def tenants_page(request: Request) -> HTMLResponse:
     return render(request, "tenants.html", operator, outages=gathered.outages, keys=keys,
                   operators=console_of(request).settings.tenant_roles(), usage=[usage_row(u) for u in sorted(
                       usage.values(), key=lambda u: (-sum(u.last_hour.values()), u.tenant))][:USAGE_ROWS])
+
+
+@router.get("/batches", response_class=HTMLResponse)
+async def batches_page(request: Request) -> HTMLResponse:
+    operator = operator_of(request)
+    console = console_of(request)
+    gathered = Gathered()
+    jobs = batch_jobs(console)
+    listed = await gathered.read("Redis", "batch jobs", recent_jobs(jobs, BATCH_ROWS), [])
+    running = [status for status in listed if status.state.value == "running"][:BATCH_COLLECTED]
+    for status in running:  # their progress, as `fleet batch status` reads it
+        fresh = await gathered.read("Kafka", "batch progress", jobs.status(status.id, status.tenant), status)
+        listed[listed.index(status)] = fresh
+    return render(request, "batches.html", operator, outages=gathered.outages, limit=BATCH_ROWS,
+                  jobs=[job_row(status) for status in listed])
 
 
 def _letter_row(entry: DeadLetterEntry, replayed: str) -> dict[str, object]:

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, SecretStr
 
-from common.settings import FleetSettings
+from gateway import BatchSettings
 
 
 class Role(StrEnum):
@@ -14,7 +14,7 @@ class Role(StrEnum):
     admin = "admin"  # every page and every action
 
 
-class ConsoleSettings(FleetSettings):
+class ConsoleSettings(BatchSettings):  # the batch page reads and cancels jobs as `fleet batch` does
     console_host: str = Field("127.0.0.1", description="Address the console listens on")
     console_port: int = Field(8090, ge=1, le=65535, description="Port the console listens on")
     console_tenants: str = Field("", description="Operator tenants allowed in, comma-separated `tenant:role` "
