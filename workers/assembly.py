@@ -126,11 +126,17 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
                            refresh_s=settings.debug_switch_refresh_s))
 
 
+# A killed worker's open transaction holds read_committed readers of its partitions back until the next
+# owner fences it or this passes (aiokafka's default is 60 s); a transaction itself takes milliseconds.
+TRANSACTION_TIMEOUT_MS = 20_000
+
+
 def _transactions(settings: WorkerSettings, group: str, consumer: Callable[[], AIOKafkaConsumer], patience: Patience,
                   metrics: WorkerMetrics, exit_stack: AsyncExitStack) -> PartitionTransactions:
     transactions = PartitionTransactions(
         group, settings.exactly_once_topics(), consumer=consumer, patience=patience,
         counted=lambda outcome: metrics.transactions.labels(model=settings.model, outcome=outcome).inc(),
-        make_producer=lambda transactional_id: new_producer(settings, linger_ms=1, transactional_id=transactional_id))
+        make_producer=lambda transactional_id: new_producer(settings, linger_ms=1, transactional_id=transactional_id,
+                                                            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS))
     exit_stack.push_async_callback(transactions.release)
     return transactions

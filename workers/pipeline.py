@@ -197,6 +197,7 @@ class Delivered:
 
     batch: Computed
     outcomes: list[Outcome]
+    owned: frozenset[tuple[str, int]]  # at delivery: what the settler may commit (the rest was not answered here)
     transacted: frozenset[tuple[str, int]] = frozenset()
 
 
@@ -231,7 +232,7 @@ class Settler:
     async def settle(self, delivered: list[Delivered]) -> None:
         outcomes = [outcome for item in delivered for outcome in item.outcomes]
         records = [record for item in delivered for record in item.batch.records
-                   if (record.topic, record.partition) not in item.transacted]
+                   if (record.topic, record.partition) in item.owned - item.transacted]
         # None of these raises: a refused commit is redelivered, caches, traces and stats are best effort.
         await asyncio.gather(commit_records(self._consumer(), records),
                              *(self._caches.remember(item.batch) for item in delivered),
@@ -386,7 +387,7 @@ class Pipeline:
         labels = self._labels()
         self._metrics.delivery.labels(**labels).observe(elapsed)
         self._metrics.stage.labels(**labels, stage="delivery").observe(elapsed)
-        return Delivered(batch, outcomes, transacted)
+        return Delivered(batch, outcomes, owned, transacted)
 
     def who_for(self, backend: Backend) -> Provenance:
         """Who computes with `backend`: stamped on its results (fallback workers answer `degraded`)."""

@@ -79,12 +79,17 @@ class BatchDelivery:
         await self._patience.until_done("kafka", lambda: sink.ensure_topics(send[0] for _, send in sends))
         chunks = chunks_of(((r.topic, r.partition, r.offset) for r in records if (r.topic, r.partition) in owned),
                            sends, covered)
-        async with turn, asyncio.TaskGroup() as commits:  # a fence cancels the batch's other transactions too
-            done = [commits.create_task(self._commit(chunk, exact, letters, forwards)) for chunk in chunks.values()]
-        transacted = frozenset((tp.topic, tp.partition) for tp, ok in zip(chunks, done, strict=True) if ok.result())
-        if forwarded := sum(1 for (topic, partition, _), _ in forwards if (topic, partition) in transacted):
+        async with turn:
+            await self._transactions.prune()
+            async with asyncio.TaskGroup() as commits:  # a fence cancels the batch's other transactions too
+                for chunk in chunks.values():
+                    commits.create_task(self._commit(chunk, exact, letters, forwards))
+        if forwarded := sum(1 for (topic, partition, _), _ in forwards if covered(topic) and (topic, partition) in owned):
             self._forwarded(forwarded)
-        return transacted
+        # Every partition of these lanes is the transactions' to commit, also one that was not owned at
+        # delivery (its records were dropped): the settler committing it after a rebalance gave it back
+        # would skip records its interim owner never answered.
+        return frozenset((r.topic, r.partition) for r in records if covered(r.topic))
 
     def _sends(self, exact: list[Outcome], letters: list[DeadLetter],
                forwards: list[tuple[Source, Send]]) -> list[tuple[Source, Send]]:
@@ -102,13 +107,13 @@ class BatchDelivery:
         return sends + [f for f in forwards if covered(f[0][0])]
 
     async def _commit(self, chunk: PartitionChunk, outcomes: list[Outcome], letters: list[DeadLetter],
-                      forwards: list[tuple[Source, Send]]) -> bool:
-        """One partition's transaction; False when Kafka refused one of its records for good: the
-        partition's batch is then delivered at least once (the refused record a dead letter) and
-        the settler commits its offset."""
+                      forwards: list[tuple[Source, Send]]) -> None:
+        """One partition's transaction. When Kafka refuses one of its records for good, the partition's
+        batch is delivered at least once instead (the refused record a dead letter), and its offset
+        committed after it in a transaction of its own, still in this delivery's turn."""
         try:
             await self._transactions.commit(chunk)
-            return True
+            return
         except Refused as exc:
             log.warning("a transaction of %s[%d] was refused (%s); its batch is delivered at least once",
                         chunk.partition.topic, chunk.partition.partition, exc)
@@ -116,4 +121,4 @@ class BatchDelivery:
         await self._at_least_once([o for o in outcomes if o.source is not None and o.source[:2] == tp],
                                   [d for d in letters if (d.topic, d.partition) == tp],
                                   [f for f in forwards if f[0][:2] == tp])
-        return False
+        await self._transactions.commit(PartitionChunk(chunk.partition, chunk.next_offset))

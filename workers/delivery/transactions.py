@@ -43,7 +43,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
-from workers.delivery.batched_produce import Send, produce_batched, send_alone
+from schemas.names import FALLBACK_SUFFIX
+from workers.delivery.batched_produce import Errors, Send, produce_batched
 from workers.delivery.patience import Patience, is_outage
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ log = logging.getLogger(__name__)
 MAX_RECORD_BYTES = 1_000_000  # aiokafka's max_request_size is 1 MiB: a larger record would fail its transaction
 # A transaction takes milliseconds; one still open after this is on a producer that will not finish it
 # (its broker gone for good, or a state aiokafka does not leave): it is dropped and tried again.
-TRANSACTION_TIMEOUT_S = 30.0
+TRANSACTION_TIMEOUT_S = 15.0  # below the producers' transaction_timeout_ms (20 s, workers/assembly.py)
+ABORT_WAIT_S = 5.0  # what a timed-out transaction's abort may take before it is left to the broker's timeout
+STOP_TIMEOUT_S = 10.0
 
 
 class Fenced(Exception):
@@ -70,6 +73,7 @@ class PartitionChunk:
     partition: TopicPartition
     next_offset: int  # one past the last record of the partition in the batch: the offset committed
     sends: list[tuple[int, Send]] = field(default_factory=list)  # (source offset, what to produce)
+    first_offset: int | None = None  # the partition's first record in the batch (None: an offset-only commit)
 
 
 def chunks_of(offsets: Iterable[tuple[str, int, int]], sends: Iterable[tuple[tuple[str, int, int], Send]],
@@ -79,8 +83,9 @@ def chunks_of(offsets: Iterable[tuple[str, int, int]], sends: Iterable[tuple[tup
     for topic, partition, offset in offsets:
         if covered(topic):
             tp = TopicPartition(topic, partition)
-            chunk = chunks.setdefault(tp, PartitionChunk(tp, offset + 1))
+            chunk = chunks.setdefault(tp, PartitionChunk(tp, offset + 1, first_offset=offset))
             chunk.next_offset = max(chunk.next_offset, offset + 1)
+            chunk.first_offset = min(offset, chunk.first_offset if chunk.first_offset is not None else offset)
     for (topic, partition, offset), send in sends:
         chunk = chunks.get(TopicPartition(topic, partition))
         if chunk is not None:
@@ -105,11 +110,30 @@ class PartitionTransactions:
         self._counted = counted
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         self._committed: dict[TopicPartition, int] = {}
-        self._revoked: set[TopicPartition] = set()
+        self._unconfirmed: set[TopicPartition] = set()  # revoked, and not assigned again (yet)
+        self._replace: set[TopicPartition] = set()  # revoked, then assigned again: another may have served it
 
     def listener(self) -> ConsumerRebalanceListener:
-        """For the group consumer: hears which partitions a rebalance takes away."""
-        return _Revocations(self._revoked)
+        """For the group consumer: hears which partitions a rebalance takes away and gives back."""
+        return _Rebalances(self)
+
+    def revoked(self, partitions: set[TopicPartition]) -> None:
+        self._unconfirmed |= partitions
+
+    def assigned(self, partitions: set[TopicPartition]) -> None:
+        self._replace |= self._unconfirmed & partitions
+        self._unconfirmed -= partitions
+
+    def _serving(self, tp: TopicPartition) -> bool:
+        """Whether this worker may commit for `tp` now: assigned, and not in the middle of a rebalance
+        that revoked it (a woken zombie's consumer still lists what it lost until it rejoins)."""
+        return tp in self._consumer().assignment() and tp not in self._unconfirmed
+
+    async def prune(self) -> None:
+        """Stop the producers of partitions this worker no longer serves. Called between transactions
+        (inside a delivery turn), so none of them is in the middle of one."""
+        gone = [tp for tp in self._producers if tp not in self._consumer().assignment()]
+        await asyncio.gather(*(self._discard(tp) for tp in gone))
 
     def covers(self, topic: str) -> bool:
         return topic in self._topics
@@ -128,10 +152,12 @@ class PartitionTransactions:
         Waits out outages; raises Fenced when another producer took the partition over, Refused
         when Kafka refuses a record for good."""
         async def attempt() -> bool:
-            if chunk.partition not in self._consumer().assignment():
+            if not self._serving(chunk.partition):
                 return False
             producer, committed = await self._ready(chunk.partition)
             if chunk.next_offset <= committed:
+                return False
+            if await self._after_a_gap(chunk, committed):
                 return False
             sends = [send for offset, send in chunk.sends if offset >= committed]
             try:
@@ -140,6 +166,8 @@ class PartitionTransactions:
             except ProducerFenced as exc:
                 await self._discard(chunk.partition)
                 self._counted("fenced")
+                if not self._serving(chunk.partition):
+                    return False  # it moved while this transaction was under way: the new owner answers
                 raise Fenced(f"{self.transactional_id(chunk.partition)} was fenced: another producer serves "
                              f"{chunk.partition.topic}[{chunk.partition.partition}] now") from exc
             except BaseException as exc:
@@ -157,20 +185,41 @@ class PartitionTransactions:
             self._counted("skipped")
         return done
 
+    async def _after_a_gap(self, chunk: PartitionChunk, committed: int) -> bool:
+        """Whether the chunk starts past the committed offset, with records between that nobody answered:
+        a batch read before a rebalance gave the partition back (its predecessor was skipped while the
+        partition was away, and the consumer reads again from the committed offset). Committing it
+        would skip the records between; the consumer is sent back to the committed offset instead.
+        Not on fallback topics, whose offsets have gaps of their own (transaction markers), nor when
+        the records between are gone (retention): then nothing can answer them."""
+        tp = chunk.partition
+        if chunk.first_offset is None or chunk.first_offset <= committed or tp.topic.endswith(FALLBACK_SUFFIX):
+            return False
+        consumer = self._consumer()
+        if committed < (await consumer.beginning_offsets([tp]))[tp]:
+            return False
+        log.warning("%s[%d]: a batch from offset %d came after the committed %d; reading again from %d",
+                    tp.topic, tp.partition, chunk.first_offset, committed, committed)
+        consumer.seek(tp, committed)
+        self._counted("gap")
+        return True
+
     async def _transact(self, producer: AIOKafkaProducer, tp: TopicPartition, sends: list[Send],
                         next_offset: int) -> None:
         async with producer.transaction():
-            errors = await produce_batched(producer, sends, lambda alone: send_alone(producer, alone))
-            failed = next((error for error in errors if error is not None), None)
-            if failed is not None:
-                raise failed
+            # A batch the broker refused is not sent again record by record here: the producer does not
+            # rewind its sequence numbers, so those sends would fail as out of order, and look like an outage.
+            errors = await produce_batched(producer, sends, _refused_in_transaction)
+            failures = [error for error in errors if error is not None]
+            if failures:
+                raise next((error for error in failures if not is_outage(error)), failures[0])
             await producer.send_offsets_to_transaction({tp: next_offset}, self._group)
 
     async def _ready(self, tp: TopicPartition) -> tuple[AIOKafkaProducer, int]:
         """The partition's producer, started (which fences any other with its id), and the offset
         committed for the partition as seen after the fence."""
-        if tp in self._revoked:
-            self._revoked.discard(tp)
+        if tp in self._replace:
+            self._replace.discard(tp)
             await self._discard(tp)
         producer = self._producers.get(tp)
         if producer is not None:
@@ -195,40 +244,69 @@ class PartitionTransactions:
         producer = self._producers.pop(tp, None)
         self._committed.pop(tp, None)
         if producer is not None:
-            try:
-                await producer.stop()
-            except Exception as exc:  # a fenced or broken producer: it is gone either way
-                log.debug("stopping the producer of %s: %s", tp, exc)
+            await _stop_within(producer, STOP_TIMEOUT_S)
 
     async def release(self) -> None:
         """Stop every producer (the worker left its group); idempotent."""
         await asyncio.gather(*(self._discard(tp) for tp in list(self._producers)))
 
 
-class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, revoked: set[TopicPartition]) -> None:
-        self._revoked = revoked
+class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, transactions: PartitionTransactions) -> None:
+        self._transactions = transactions
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self._revoked.update(revoked)
+        self._transactions.revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        return None
+        self._transactions.assigned(set(assigned))
+
+
+async def _refused_in_transaction(sends: list[Send]) -> Errors:
+    return [RecordRefused("the broker refused this record's batch in a transaction") for _ in sends]
+
+
+class RecordRefused(Exception):
+    """A record of a batch the broker refused for good inside a transaction."""
+
+
+async def _stop_within(producer: AIOKafkaProducer, timeout_s: float) -> None:
+    """`producer.stop()`, bounded: it waits for every pending batch, and a transactional one never
+    expires (aiokafka expires batches only without a transaction manager). Past the bound the
+    sender and the connections are closed without the flush."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await producer.stop()
+        return
+    except TimeoutError:
+        log.warning("a transactional producer did not stop within %g s; closing it without a flush", timeout_s)
+    except Exception as exc:  # a fenced or broken producer: it is gone either way
+        log.debug("stopping a transactional producer: %s", exc)
+        return
+    sender = producer._sender.sender_task
+    if sender is not None:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+    await producer.client.close()
 
 
 async def _watched(producer: AIOKafkaProducer, work: Coroutine[Any, Any, None]) -> None:
-    """`work`, raced against the producer's sender. A fence ends aiokafka's sender loop with
-    ProducerFenced, and a send_offsets_to_transaction or commit waiting on it then waits for good
-    (aiokafka 0.14 fails only the pending record batches): the fence is raised here instead."""
+    """`work`, raced against the producer's sender: when the sender's loop ends (a fence ends it with
+    ProducerFenced), the transaction ends with it, with the sender's error, whatever aiokafka still
+    has pending (a chaos run once held a worker two minutes on a fenced transaction)."""
     sender: asyncio.Task[None] | None = producer._sender.sender_task
     task = asyncio.ensure_future(work)
     try:
         await asyncio.wait({task, sender} if sender is not None else {task}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if not task.done():  # the sender died, or this was cancelled: the transaction goes with it
+        # The sender died, or this was cancelled (the timeout): the transaction goes with it. Its abort
+        # waits on the same sender, so it gets a bound too.
+        for _ in range(2):
+            if task.done():
+                break
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if not task.cancelled():
+            await asyncio.wait({task}, timeout=ABORT_WAIT_S)
+    if task.done() and not task.cancelled():
         task.result()
         return
     assert sender is not None

@@ -89,8 +89,8 @@ class WorkerMetrics:
                              "to answer again; the worker's partitions are paused meanwhile", ["dependency"],
                              registry=reg)
         self.transactions = Counter(f"{PREFIX}_worker_transactions", "Delivery transactions of exactly-once lanes "
-                                    "by outcome: committed, skipped (answered before) or fenced (another worker "
-                                    "serves the partition now)", ["model", "outcome"], registry=reg)
+                                    "by outcome: committed, skipped (answered before), fenced (another worker "
+                                    "serves the partition now) or gap (a batch read before a rebalance; read again)", ["model", "outcome"], registry=reg)
         self.cache = CacheMetrics(reg)
         reg.register(GpuCollector())
         self._series: dict[tuple[str, ...], _ModelSeries] = {}

@@ -50,9 +50,10 @@ class Quiet:
         return True
 
 
-def delivered(partition: int, *offsets: int) -> Delivered:
+def delivered(partition: int, *offsets: int, owned: bool = True, transacted: bool = False) -> Delivered:
+    here = frozenset({(TOPIC, partition)})
     return Delivered(Computed(records=[Record(TOPIC, partition, o) for o in offsets], outcomes=[], dead_letters=[]),
-                     outcomes=[])
+                     outcomes=[], owned=here if owned else frozenset(), transacted=here if transacted else frozenset())
 
 
 def settler_for(consumer: Consumer, settled: list[Computed]) -> Settler:
@@ -96,3 +97,16 @@ async def test_a_revoked_partition_is_left_out_of_the_commit() -> None:
         inbox.put_nowait(item)
     await asyncio.wait_for(settler_for(consumer, settled).run(inbox), 5)
     assert consumer.commits == [{TopicPartition(TOPIC, 1): 10}]
+
+
+async def test_partitions_not_owned_at_delivery_or_committed_by_a_transaction_are_left_to_others() -> None:
+    consumer, settled = Consumer(owned={TopicPartition(TOPIC, p) for p in range(3)}), []
+    inbox: asyncio.Queue[Delivered | None] = asyncio.Queue()
+    # Partition 0 was not owned when its batch was delivered (nothing answered): owned again by now, it must
+    # still not be committed past records its interim owner may not have answered. Partition 1's offset went
+    # with its results in a transaction.
+    for item in (delivered(0, 4, owned=False), delivered(1, 9, transacted=True), delivered(2, 3), None):
+        inbox.put_nowait(item)
+    await asyncio.wait_for(settler_for(consumer, settled).run(inbox), 5)
+    assert consumer.commits == [{TopicPartition(TOPIC, 2): 4}]
+    assert len(settled) == 3

@@ -68,7 +68,7 @@ def result_id(offset: int) -> str:
 def chunk(tp: TopicPartition, results_topic: str, offsets: range) -> PartitionChunk:
     sends = [(offset, (results_topic, Result(id=result_id(offset), status="ok", model=MODEL).encode(), None))
              for offset in offsets]
-    return PartitionChunk(tp, offsets[-1] + 1, sends)
+    return PartitionChunk(tp, offsets[-1] + 1, sends, first_offset=offsets[0])
 
 
 async def test_a_fenced_zombie_commits_nothing_and_what_it_committed_first_is_not_answered_again(
@@ -94,6 +94,27 @@ async def test_a_fenced_zombie_commits_nothing_and_what_it_committed_first_is_no
     assert (await group_member.committed(tp)) == 20
     # The zombie's last transaction was aborted: a read_uncommitted reader may see it, a read_committed one never.
     assert len(await read_results(stack, results, expect=20, committed_only=False)) >= 20
+
+
+async def test_a_batch_past_a_gap_is_not_committed_and_the_partition_is_read_again_from_the_committed_offset(
+        stack: FleetSettings, group_member: AIOKafkaConsumer) -> None:
+    name = secrets.token_hex(4)
+    source, results = f"fleet.test.eo-in-{name}", f"fleet.results.eo-{name}"
+    await ensure_topics(stack, [source, results], 1)
+    tp = TopicPartition(source, 0)
+    group_member.assign([tp])
+    worker = transactions(stack, group_member, source)
+    try:
+        assert await worker.commit(chunk(tp, results, range(0, 10)))
+        # Records 10-19 were skipped while the partition was away; a batch of 20-29 read before that must
+        # not commit past them.
+        assert not await worker.commit(chunk(tp, results, range(20, 30)))
+        assert await group_member.position(tp) == 10
+        assert await worker.commit(chunk(tp, results, range(10, 30)))
+    finally:
+        await worker.release()
+    assert sorted(await read_results(stack, results, expect=30)) == [result_id(i) for i in range(30)]
+    assert (await group_member.committed(tp)) == 30
 
 
 async def test_an_exactly_once_lane_delivers_each_result_once_and_commits_its_offsets_with_them(

@@ -17,7 +17,7 @@ def test_each_partition_of_a_covered_topic_commits_past_its_last_record_with_the
     chunks = chunks_of(offsets, sends, lambda topic: topic == BULK)
     assert set(chunks) == {TopicPartition(BULK, 0), TopicPartition(BULK, 1)}
     first = chunks[TopicPartition(BULK, 0)]
-    assert first.next_offset == 10 and first.sends == [(9, ("results", b"r9", b"9"))]
+    assert first.next_offset == 10 and first.first_offset == 7 and first.sends == [(9, ("results", b"r9", b"9"))]
     assert chunks[TopicPartition(BULK, 1)].next_offset == 4
     assert chunks[TopicPartition(BULK, 1)].sends == [(3, ("fleet.dlq", b"letter", None))]
 
