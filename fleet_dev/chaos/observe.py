@@ -32,7 +32,7 @@ class ResultsReader:
 
     def __init__(self, settings: FleetSettings, topic: str, ledger: Callable[[], Ledger]) -> None:
         self._settings, self._topic, self._ledger = settings, topic, ledger
-        # As a pipeline reads: the bulk lane's results come in delivery transactions (processes.EXACTLY_ONCE_LANES).
+        # As a pipeline reads: with --exactly-once, results come in delivery transactions.
         self._consumer = new_consumer(settings, enable_auto_commit=False, isolation_level="read_committed")
         self._task: asyncio.Task[None] | None = None
         self.undecodable = 0

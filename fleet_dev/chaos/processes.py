@@ -22,9 +22,6 @@ WORKER_READY = "ready:"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 WATCH_INTERVAL_S = 0.3
-# Batch jobs ride the bulk lane, delivered in transactions; the steady load's interactive lane stays at
-# least once, so one run shows both: the batch scenario's read_committed count and the table's duplicates.
-EXACTLY_ONCE_LANES = "bulk"
 RESTART_AFTER_S = 1.0  # a process that dies at once is started again no more than once a second
 
 
@@ -103,18 +100,20 @@ class Fleet:
     gateway_url: str
     exits: list[Exited] = field(default_factory=list)
     restarts: list[tuple[str, float]] = field(default_factory=list)
+    exactly_once: str = ""  # the workers' FLEET_EXACTLY_ONCE (`scripts/chaos --exactly-once LANES`)
     _watch: asyncio.Task[None] | None = None
 
     @classmethod
-    def planned(cls, env: dict[str, str], log_dir: Path, *, model: str, gateway_port: int, workers: int = 2) -> Fleet:
+    def planned(cls, env: dict[str, str], log_dir: Path, *, model: str, gateway_port: int, workers: int = 2,
+                exactly_once: str = "") -> Fleet:
         # One intra-op thread each, no spinning: the machine also runs Kafka, Redis, the gateway and the load.
         worker_env = {**env, "FLEET_MODEL": model, "FLEET_INTRA_OP_THREADS": "1", "FLEET_INTRA_OP_SPINNING": "false",
-                      "FLEET_SESSION_TIMEOUT_MS": "6000", "FLEET_EXACTLY_ONCE": EXACTLY_ONCE_LANES}
+                      "FLEET_SESSION_TIMEOUT_MS": "6000", "FLEET_EXACTLY_ONCE": exactly_once}
         members = [FleetProcess(f"worker-{n}", "workers.main", {**worker_env, "FLEET_WORKER_ID": f"chaos-worker-{n}"},
                                 log_dir / f"worker-{n}.log") for n in range(1, workers + 1)]
         gateway = FleetProcess("gateway", "gateway.main", {**env, "FLEET_PORT": str(gateway_port),
                                                            "FLEET_MODELS": f'["{model}"]'}, log_dir / "gateway.log")
-        return cls(members, gateway, f"http://127.0.0.1:{gateway_port}")
+        return cls(members, gateway, f"http://127.0.0.1:{gateway_port}", exactly_once=exactly_once)
 
     @property
     def processes(self) -> list[FleetProcess]:

@@ -9,10 +9,10 @@ and the throughput's are measured from the end.
     flood          malformed records interleaved with valid requests on the request topic
     lanes-kill     a bulk backlog and an interactive one on their lanes, then SIGKILL a worker while
                    its bulk partitions are paused for the interactive lane: nothing is lost
-    batch          a batch job on the bulk lane (delivered in Kafka transactions) while a worker is
-                   SIGKILLed, Kafka restarts and the other worker is SIGSTOPped past its session and
-                   woken: the job's output has every line once, and so has a read_committed reader of
-                   its results topic (a read_uncommitted reader's count is printed beside)
+    batch          a batch job on the bulk lane while a worker is SIGKILLed, Kafka restarts and the
+                   other worker is SIGSTOPped past its session and woken: the job's output has every
+                   line once; with --exactly-once bulk (Kafka transactions), so has a read_committed
+                   reader of its results topic (a read_uncommitted reader's count is printed beside)
     http           malformed HTTP requests to the gateway
 """
 
@@ -36,7 +36,7 @@ from fleet_dev.chaos.http_malformed import HttpCase
 from fleet_dev.chaos.ledger import Ledger
 from fleet_dev.chaos.load import PIPELINE_DEADLINE_MS, SteadyLoad, pipeline_request
 from fleet_dev.chaos.own_stack import ChaosStack
-from fleet_dev.chaos.processes import EXACTLY_ONCE_LANES, Fleet
+from fleet_dev.chaos.processes import Fleet
 from fleet_dev.chaos.report import ScenarioReport
 from gateway import BatchJobs, BatchSettings, JobState
 from schemas.names import requests_topic
@@ -144,11 +144,12 @@ async def batch_job(run: Run, report: ScenarioReport) -> Window:
     faults_over = time.monotonic()
     report.notes.append(f"batch job {job} of {count:,} lines sent; SIGKILLed {killed}, restarted Kafka, "
                         f"SIGSTOPped {stopped.name} for {STOPPED_S:g} s, then SIGCONT")
-    await _check_job(jobs, job, count, run.sizes.drain_s * 3, report)
+    await _check_job(jobs, job, count, run.sizes.drain_s * 3, report, run.fleet.exactly_once)
     return began, faults_over
 
 
-async def _check_job(jobs: BatchJobs, job: str, count: int, wait_s: float, report: ScenarioReport) -> None:
+async def _check_job(jobs: BatchJobs, job: str, count: int, wait_s: float, report: ScenarioReport,
+                     exactly_once: str) -> None:
     give_up, state = time.monotonic() + wait_s, "status unread"
     while time.monotonic() < give_up:
         try:
@@ -166,15 +167,16 @@ async def _check_job(jobs: BatchJobs, job: str, count: int, wait_s: float, repor
     plain, plain_lines = await _results_topic_count(jobs, job, committed_only=False)
     once = len(custom_ids) == len(set(custom_ids)) == count and not errors
     report.checks["batch job: every line in its output exactly once"] = once
-    report.checks["batch job: a read_committed reader of its results topic counts 0 duplicates, 0 lost"] = (
-        committed == committed_lines == count)
+    if exactly_once:
+        report.checks["batch job: a read_committed reader of its results topic counts 0 duplicates, 0 lost"] = (
+            committed == committed_lines == count)
     report.notes.append(f"batch job {state}: {len(set(custom_ids)):,}/{count:,} lines in the output, "
                         f"{len(custom_ids) - len(set(custom_ids))} twice, {len(errors)} errors")
-    report.notes.append(f"its results topic (bulk lane, FLEET_EXACTLY_ONCE={EXACTLY_ONCE_LANES}): a read_committed "
+    report.notes.append(f"its results topic (bulk lane, FLEET_EXACTLY_ONCE={exactly_once or 'none'}): a read_committed "
                         f"reader saw {committed:,} records for {committed_lines:,} lines: {committed - committed_lines:,} "
                         f"duplicates, {count - committed_lines:,} lost; a read_uncommitted reader saw {plain:,} records "
-                        f"for {plain_lines:,} lines, {plain - plain_lines:,} of aborted transactions. The steady load's "
-                        "interactive lane (at least once) in the same faults: its duplicates are the table's column")
+                        f"for {plain_lines:,} lines, {plain - plain_lines:,} of aborted transactions (without "
+                        "transactions, a plain reader counted 296-446 duplicates in this scenario: docs/how-to/batch-jobs.md)")
 
 
 async def _results_topic_count(jobs: BatchJobs, job: str, *, committed_only: bool) -> tuple[int, int]:
