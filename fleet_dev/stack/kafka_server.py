@@ -102,6 +102,9 @@ def _node_properties(
         "transaction.state.log.min.isr": str(replication.min_insync),
         # Kafka's 50 would be created at the first transaction (exactly-once lanes), holding up its start.
         "transaction.state.log.num.partitions": str(partitions),
+        # A producer that died inside a transaction holds read_committed readers of its partitions until the
+        # coordinator aborts it: at its timeout (20 s, workers/assembly.py), found by a scan every 10 s by default.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",  # the fleet creates the topics it needs (issue 13)
         "delete.topic.enable": "true",
