@@ -1,13 +1,16 @@
 """What every fleet process does at its edges: fail fast and loud at start, and end within its
 grace period once told to stop, whatever Kafka and Redis do meanwhile."""
 
+import asyncio
 import ctypes
 import ctypes.util
 import logging
 import os
 import threading
 import time
+from collections.abc import Collection
 from enum import IntEnum
+from typing import Any
 
 from common.clients import new_admin, redis_client
 from common.credentials import verify_credentials
@@ -24,6 +27,21 @@ class ExitCode(IntEnum):
     GRACE_EXCEEDED = 4
     # 5 is the gateway's unusable keys file (gateway/main.py).
     WRONG_INSTALL = 6  # the installed libraries cannot serve the settings (e.g. device cuda on the CPU flavour)
+
+
+async def cancel_within(tasks: Collection["asyncio.Task[Any]"], within_s: float) -> None:
+    """Cancel `tasks` and wait at most `within_s` for them to end, cancelling again those still running:
+    a background loop that retries through Redis outages may swallow one cancellation (on Python 3.11,
+    a cancel landing as a command's timeout fires comes out as redis' TimeoutError, which the loop
+    catches as an outage), and a shutdown must not wait on it for ever."""
+    pending = set(tasks)
+    deadline = time.monotonic() + within_s
+    while pending and (left := deadline - time.monotonic()) > 0:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=min(left, 0.2))
+    if pending:
+        log.warning("%d background task(s) did not end within %.1f s of being cancelled", len(pending), within_s)
 
 
 async def kafka_answers(settings: FleetSettings) -> None:

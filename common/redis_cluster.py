@@ -37,6 +37,11 @@ AnyPipeline: TypeAlias = Pipeline | ClusterPipeline
 # while a failover is under way) is no RedisError in redis-py, so `except RedisError` misses it.
 REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, SlotNotCoveredError)
 
+
+def text_of(value: bytes | str) -> str:
+    """A reply as text, from a client made with or without decode_responses."""
+    return value.decode() if isinstance(value, bytes) else value
+
 K = TypeVar("K", str, bytes)
 
 # What redis-py raises when no node answers: a bare RedisClusterException, or in redis-py 8.2 its

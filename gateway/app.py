@@ -24,6 +24,7 @@ naming the field (gateway/body.py), a Kafka or Redis outage 503 with Retry-After
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -37,11 +38,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
+from common.process import cancel_within
 from gateway.admission import Admission, Door
 from gateway.auth import Caller, KeyDirectory, caller_of
 from gateway.batch_jobs import BatchJobs
 from gateway.batch_routes import batch_routes
 from gateway.body import InferBody
+from gateway.catalog import ServedModels
 from gateway.client import FleetClient
 from gateway.docs_page import OPENAPI_PATH, install_docs
 from gateway.fast_routes import FastRoutes, fast_route
@@ -106,7 +109,8 @@ def gateway_client(settings: GatewaySettings) -> FleetClient:
 
 
 def _lifespan(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics, grpc: GrpcServer, *,
-              auth_on: bool, usage: UsageTally) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              auth_on: bool, usage: UsageTally, models: ServedModels) -> Callable[[FastAPI],
+                                                                                   AbstractAsyncContextManager[None]]:
     """Start the client and the gRPC server with the app; stop them, bounded, with it."""
 
     @asynccontextmanager
@@ -119,11 +123,14 @@ def _lifespan(settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMet
         following = (asyncio.create_task(metrics.follow_reader(lambda: _reader_down(fleet)))
                      if metrics.multiprocess else None)
         publishing = asyncio.create_task(publish_usage(lambda: fleet.redis, usage, _rps_of(settings)))
+        catalogue = asyncio.create_task(models.follow())
         try:
             yield
         finally:
-            publishing.cancel()
-            await asyncio.gather(publishing, return_exceptions=True)
+            await cancel_within((publishing, catalogue), settings.shutdown_grace_s / 4)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(settings.shutdown_grace_s / 4):
+                    await models.leave()
             if following is not None:
                 following.cancel()
                 await asyncio.gather(following, return_exceptions=True)
@@ -152,12 +159,13 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     grpc = GrpcServer(settings)
 
     usage = UsageTally()
-    lifespan = _lifespan(settings, fleet, metrics, grpc, auth_on=directory is not None, usage=usage)
+    models = ServedModels(settings.models, lambda: fleet.redis, poll_s=settings.catalog_poll_s)
+    lifespan = _lifespan(settings, fleet, metrics, grpc, auth_on=directory is not None, usage=usage, models=models)
 
     admission = gateway_admission(settings, directory, metrics, usage)
     doors = gateway_doors(settings)
     internal_errors = InternalErrors(metrics.internal_errors, settings.retry_after_s)
-    model_requests = ModelRequests(settings, fleet, metrics)
+    model_requests = ModelRequests(settings, fleet, metrics, models)
 
     # No trailing-slash redirect: Starlette takes its Location from the caller's Host (an open redirect).
     app = GatewayApp(title="Inference fleet gateway", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
@@ -165,7 +173,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     install_docs(app)  # Swagger UI from our own files: /docs works without internet (gateway/docs_page.py)
     app.include_router(model_routes(model_requests))
     app.include_router(ops_routes(fleet, metrics, auth_required=directory is not None))
-    app.include_router(batch_routes(BatchJobs(fleet, settings), settings.models))
+    app.include_router(batch_routes(BatchJobs(fleet, settings), models))
     install_error_handlers(app, metrics.unavailable_of, settings.retry_after_s)
     # Added innermost first: a request meets Outcomes (counts, and answers a bug with 503), then admission.
     app.add_middleware(AdmitHttp, admission=admission, v1=doors.v1, metrics=doors.metrics, batches=doors.batches)
@@ -173,7 +181,7 @@ def create_app(settings: GatewaySettings, *, client: FleetClient | None = None) 
     if settings.fast_routes:
         app.fast_routes = FastRoutes(admission=admission, door=doors.v1, requests=model_requests, metrics=metrics,
                                      internal_errors=internal_errors, retry_after_s=settings.retry_after_s)
-    oip = OipService(settings, fleet, metrics)
+    oip = OipService(settings, fleet, metrics, models)
     app.oip_routes = OipRoutes(service=oip, admission=admission, door=doors.v2, metrics=metrics,
                                internal_errors=internal_errors)
     grpc.serve(oip, admission, doors.v2)
@@ -229,8 +237,8 @@ def model_routes(model_requests: ModelRequests) -> APIRouter:
     routes = APIRouter(dependencies=KEY_SCHEMES)
 
     async def infer_body(model: str, request: Request) -> InferBody:
-        return model_requests.body(model, await request.body(), request.headers.get("content-type"),
-                                   caller_of(request))
+        return await model_requests.body(model, await request.body(), request.headers.get("content-type"),
+                                         caller_of(request))
 
     Body = Annotated[InferBody, Depends(infer_body)]
 

@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from gateway.auth import caller_of
 from gateway.batch_jobs import BatchError, BatchJobs, JobStatus
 from gateway.batch_results import error_line, output_line
+from gateway.catalog import NotServed, ServedModels
 
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{24}$", description="the job id: 24 hex chars")]
 OPEN_TENANT = "anonymous"  # the jobs' tenant while authentication is off
@@ -64,7 +65,7 @@ def _refused(exc: BatchError) -> HTTPException:
     return HTTPException(exc.status, str(exc))
 
 
-def batch_routes(jobs: BatchJobs, models: list[str]) -> APIRouter:
+def batch_routes(jobs: BatchJobs, models: ServedModels) -> APIRouter:
     routes = APIRouter(prefix="/v1/batches", tags=["batches"])
 
     async def submitted(job: str, tenant: str, request: Request) -> dict[str, Any]:
@@ -77,8 +78,10 @@ def batch_routes(jobs: BatchJobs, models: list[str]) -> APIRouter:
                             429: {"description": "the tenant keeps the most jobs it may"}})
     async def create(request: Request, tenant: Tenant, model: Annotated[str, Query()],
                      name: Annotated[str, Query(max_length=200)] = "") -> Any:
-        if model not in models:
-            raise HTTPException(404, f"model {model!r} is not served here; served: {', '.join(models)}")
+        try:
+            await models.check(model)
+        except NotServed as exc:
+            raise HTTPException(404, str(exc)) from None
         length = request.headers.get("content-length")
         try:
             job = await jobs.create(tenant, model, name=name, size_bytes=int(length) if length and length.isdigit()

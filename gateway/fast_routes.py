@@ -97,7 +97,7 @@ class FastRoutes:
         outcome.route = ROUTES[action]
         requests = self._requests
         try:
-            body = requests.body(model, raw, content_type, admitted.caller)
+            body = await requests.body(model, raw, content_type, admitted.caller)
             reply = await (requests.infer(model, body) if action == "infer" else requests.submit(model, body))
         except Exception as exc:
             if (error := error_answer(exc, self._metrics.unavailable_of, self._retry_after_s)) is None:

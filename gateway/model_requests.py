@@ -16,6 +16,7 @@ from fastapi import HTTPException
 
 from common.model_cards import ModelCards
 from gateway.auth import Caller
+from gateway.catalog import NotServed, ServedModels
 from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
 from gateway.known_topics import KnownTopics, topic_exists
@@ -46,12 +47,13 @@ def rule_answer(request_id: str, model: str, outputs: dict[str, Any], elapsed_ms
 
 
 class ModelRequests:
-    def __init__(self, settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics) -> None:
+    def __init__(self, settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics,
+                 models: ServedModels) -> None:
         self._settings = settings
         self._fleet = fleet
         self._metrics = metrics
         self._rules = BodyRules.of(settings)
-        self._models = frozenset(settings.models)
+        self._models = models
         self._topics = KnownTopics(self._cluster_topics, self._topic_exists)
         self._model_cards: ModelCards | None = None
 
@@ -62,11 +64,18 @@ class ModelRequests:
             self._model_cards = ModelCards(self._fleet.redis)
         return self._model_cards
 
-    def body(self, model: str, raw: bytes, content_type: str | None, caller: Caller) -> InferBody:
+    async def body(self, model: str, raw: bytes, content_type: str | None, caller: Caller) -> InferBody:
         """The request body, checked, with the tenant of the caller's key in it."""
-        if model not in self._models:
-            raise HTTPException(404, f"unknown model {model!r}; this gateway serves {sorted(self._models)}")
+        try:
+            await self._models.check(model)
+        except NotServed as exc:
+            raise HTTPException(404, str(exc)) from None
         body = parse_infer_body(raw, content_type, self._rules)
+        if body.version is not None:
+            try:
+                await self._models.check(model, body.version)
+            except NotServed as exc:
+                raise HTTPException(404, str(exc)) from None
         if caller.tenant is not None:
             if body.tenant not in (None, caller.tenant):
                 raise invalid((("tenant",), "differs from the tenant of your API key; leave it out"))

@@ -52,7 +52,11 @@ class TenantQuota(BaseModel):
 class GatewaySettings(ClientSettings, OipSettings, BatchSettings):
     host: str = "127.0.0.1"
     port: int = 8080
-    models: list[str] = Field(["minilm-embed"], description="Models the gateway accepts; others are 404")
+    models: list[str] | None = Field(None, description="An allow-list: the models this gateway serves, accepted "
+                                     "even before a worker serves them; others are 404. Unset (the default): the "
+                                     "models the fleet serves, followed live (gateway/catalog.py)")
+    catalog_poll_s: float = Field(2.0, gt=0, le=60, description="How often the gateway reads the model catalogue "
+                                  "(a model made stable is served within this) and renews its beat")
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are 413")
     max_header_bytes: int = Field(16 * 1024, ge=1024, description="A longer request line and headers is 431, and "
                                   "the connection is closed")

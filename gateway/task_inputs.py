@@ -5,7 +5,8 @@ workers that serve it). Text tasks take `text`; `rerank` takes `query` and `pass
 `tensor` model takes `inputs`, one JSON tensor per model input (a nested array, or
 `{"shape": [...], "data": [...]}`), checked against the card and sent as little-endian bytes.
 Whatever the model would refuse is a 422 naming the field, before anything is published. A
-text body for a model without a card (no worker has served it yet) goes out as it always did.
+text body for a model without a card (no worker has served it yet) goes out as it always did; a
+card that is there but cannot be read is a 503 saying so, never a guess.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from common.model_cards import CardsUnavailable, ModelCards
+from common.model_cards import CardsUnavailable, CardUnreadable, ModelCards
 from gateway.body import InferBody, invalid
 from gateway.errors import FleetUnavailable
 from schemas.model_card import ModelCard
@@ -38,6 +39,8 @@ async def inputs_of(cards: ModelCards, model: str, body: InferBody) -> dict[str,
         if body.text is not None:
             return {"text": body.text}  # a text request never waits on cards; the reply needs Redis anyway
         raise FleetUnavailable("redis", str(exc)) from None
+    except CardUnreadable as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": "5"}) from None
     if card is None:
         if body.text is not None:
             return {"text": body.text}

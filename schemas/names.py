@@ -90,6 +90,19 @@ def drain_key(worker_id: str) -> str:
     return f"{TOPIC_PREFIX}:drain:{worker_id}"
 
 
+# --- the model catalogue (issue 41): common/catalog.py ---
+
+# Redis hash: model -> JSON entry (served or retired, retired versions, who and why): the models the fleet serves.
+CATALOG_KEY = f"{TOPIC_PREFIX}:catalog"
+# Redis sorted set of gateway ids (host:pid) scored by the expiry of their beat (epoch ms).
+GATEWAYS_KEY = f"{TOPIC_PREFIX}:gateways"
+
+
+def gateway_key(gateway: str) -> str:
+    """Redis string (JSON, with a TTL the gateway refreshes): the models one gateway process serves now."""
+    return f"{TOPIC_PREFIX}:gateway:{gateway}"
+
+
 # --- model cards (issue 23) ---
 
 def card_key(model: str, version: str | None = None) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from redis.exceptions import WatchError
 
+from common.catalog import list_model, serve_model
 from common.redis_cluster import AnyRedis, is_cluster
 from schemas.names import versions_audit_stream, versions_key
 from models.registry import ModelRegistry
@@ -194,7 +195,9 @@ class VersionPointers:
             return replace(before, stable=version, previous=previous, candidate=None, percent=0.0,
                            state=RolloutState.idle, stage=-1)
 
-        return await self._update("set-stable", actor, reason, change)
+        state = await self._update("set-stable", actor, reason, change)
+        await serve_model(self.redis, self.model, actor, reason)  # setting stable lifts a retirement too
+        return state
 
     async def set_candidate(self, version: str, actor: str, reason: str, *, plan: str | None = None) -> PointerState:
         """Start shadowing `version`: it gets no traffic yet (percent 0, stage -1)."""
@@ -279,6 +282,12 @@ class VersionPointers:
 
         return await self._update("rollback", actor, reason, change)
 
+    async def log(self, action: str, actor: str, reason: str) -> None:
+        """An audit entry for a change made elsewhere (a retirement in the catalogue), beside the pointers'."""
+        state = await self.get()
+        audit = _audit_fields(actor, int(self.clock() * 1000), action, state, state, reason)
+        await self.redis.xadd(self.audit_key, audit, maxlen=AUDIT_MAXLEN, approximate=True)
+
     async def history(self, limit: int = 20) -> list[AuditEntry]:
         """The last `limit` changes, oldest first."""
         raw = await self.redis.xrevrange(self.audit_key, count=limit)
@@ -306,6 +315,10 @@ class VersionPointers:
                     await pipe.execute()
                     if audit_apart:
                         await self.redis.xadd(self.audit_key, audit, maxlen=AUDIT_MAXLEN, approximate=True)
+                    if after.stable is not None:
+                        # Gateways serve what the catalogue lists (common/catalog.py); its own key, so a
+                        # Redis Cluster writes it apart, after the pointers, as the audit entry.
+                        await list_model(self.redis, self.model, actor, reason)
                     return after
                 except WatchError:
                     continue

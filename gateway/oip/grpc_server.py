@@ -50,7 +50,7 @@ class Servicer:
         return pb.ServerLiveResponse(live=True)
 
     async def server_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.ServerReadyResponse(ready=self._service.server_ready())
+        return pb.ServerReadyResponse(ready=(await self._service.server_ready()).ready)
 
     async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerMetadataResponse(**server_metadata())
@@ -58,8 +58,8 @@ class Servicer:
     async def model_ready(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         async with self._admitted(raw, context):
             request = parsed(pb.ModelReadyRequest, raw)
-            ready = await self._service.model_ready(request.name, request.version or None)
-        return pb.ModelReadyResponse(ready=ready)
+            served = await self._service.model_ready(request.name, request.version or None)
+        return pb.ModelReadyResponse(ready=served.ready)
 
     async def model_metadata(self, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         async with self._admitted(raw, context):

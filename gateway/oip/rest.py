@@ -3,7 +3,12 @@
   GET  /v2                      server metadata (open)
   GET  /v2/health/live|ready    {"live": true} / {"ready": true} (open: probes)
   GET  /v2/models/{m}[/versions/{v}]         model metadata
-  GET  /v2/models/{m}[/versions/{v}]/ready   {"name": m, "ready": bool}
+  GET  /v2/models/{m}[/versions/{v}]/ready   {"name": m, "ready": true}
+
+Ready means what the protocol's clients expect (they read the status alone): a live worker serves
+the model's stable version (or the pinned one); the server is ready when every model it serves is.
+Not ready is a 503 with {"ready": false, "reason": ...}. `?readiness=queued` asks the other
+question: are calls accepted now (they queue in Kafka until a worker takes them).
   POST /v2/models/{m}[/versions/{v}]/infer   JSON, binary tensor extension or raw binary
 
 The model routes meet the one admission (gateway/admission.py) at /v2's door, which gRPC shares:
@@ -15,6 +20,7 @@ body is parsed, its rows (each row one of the tenant's requests). A refusal is i
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
 import orjson
 from starlette.types import Receive, Scope, Send
@@ -23,7 +29,8 @@ from gateway.admission import Admission, Door, Pass
 from gateway.metrics import GatewayMetrics
 from gateway.oip.codec import answer_body, decoded_body, read_call
 from gateway.oip.errors import Failure, OipError
-from gateway.oip.service import OipService, server_metadata
+from gateway.oip.service import OipService, Readiness, server_metadata
+from gateway.readiness import Served
 from gateway.refusals import Refusal, Refused
 from gateway.responses import InternalErrors
 
@@ -114,8 +121,8 @@ class OipRoutes:
         service = self._service
         if (scope["method"], scope["path"]) in OPEN:
             if route.action == "ready":
-                ready = service.server_ready()
-                await send(200 if ready else 503, orjson.dumps({"ready": ready}), [(b"content-type", JSON)])
+                served = await service.server_ready(readiness_of(scope))
+                await send(*ready_answer({}, served))
                 return
             body = server_metadata() if route.action == "server" else {"live": True}
             await send(200, orjson.dumps(body), [(b"content-type", JSON)])
@@ -133,8 +140,8 @@ class OipRoutes:
             if route.action == "infer":
                 await self._infer(route, headers, raw, admitted, send)
             elif route.action == "model_ready":
-                ready = await service.model_ready(route.model, route.version)
-                await send(200, orjson.dumps({"name": route.model, "ready": ready}), [(b"content-type", JSON)])
+                served = await service.model_ready(route.model, route.version, readiness_of(scope))
+                await send(*ready_answer({"name": route.model}, served))
             else:
                 document = await service.model_metadata(route.model, route.version)
                 await send(200, orjson.dumps(document), [(b"content-type", JSON)])
@@ -156,6 +163,24 @@ class OipRoutes:
         else:
             await send(200, content, [(b"content-type", b"application/octet-stream"),
                                       (b"inference-header-content-length", str(header_length).encode())])
+
+
+def readiness_of(scope: Scope) -> Readiness:
+    """`?readiness=serving` (the default) or `?readiness=queued`; anything else is a 400."""
+    for name, value in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
+        if name == "readiness":
+            try:
+                return Readiness(value)
+            except ValueError:
+                raise OipError(Failure.bad_input, f"readiness={value[:40]!r}: use serving (a live worker serves "
+                                                  "the model; the default) or queued (calls are accepted)") from None
+    return Readiness.serving
+
+
+def ready_answer(document: dict[str, object], served: Served) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """200 when ready, else 503 with the reason: the protocol's clients read the status alone."""
+    body = {**document, "ready": served.ready} | ({} if served.ready else {"reason": served.reason})
+    return (200 if served.ready else 503), orjson.dumps(body), [(b"content-type", JSON)]
 
 
 def refusal_body(refusal: Refusal) -> tuple[bytes, list[tuple[bytes, bytes]]]:

@@ -5,6 +5,7 @@ admitted before any of these runs (gateway/admission.py)."""
 
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -17,8 +18,10 @@ from gateway.metrics import GatewayMetrics
 from gateway.oip.call import InferCall, Limits, OutputRequest
 from gateway.oip.errors import Failure, OipError, bad_input
 from gateway.oip.exchange import build_rows, exchange_rows
+from gateway.catalog import ServedModels
 from gateway.oip.model_tasks import TaskBook
 from gateway.oip.tasks import OutputTensor, Row, Task
+from gateway.readiness import ModelReadiness, Served
 from gateway.refusals import Kind, Refusal, Refused
 from gateway.settings import GatewaySettings
 from schemas.wire import Result, Status
@@ -30,6 +33,13 @@ PLATFORM = "kafka-inference-fleet"
 # A worker's error result, as the failure the caller gets (anything else is the fleet's: 503).
 RESULT_FAILURES = {"version_unavailable": Failure.not_found, "invalid_input": Failure.bad_input,
                    "invalid_fields": Failure.bad_input, "deadline_exceeded": Failure.deadline}
+
+
+class Readiness(StrEnum):
+    """What a ready route means (`?readiness=`): see `OipService.model_ready`."""
+
+    serving = "serving"
+    queued = "queued"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +56,14 @@ def server_metadata() -> dict[str, Any]:
 
 
 class OipService:
-    def __init__(self, settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics) -> None:
+    def __init__(self, settings: GatewaySettings, fleet: FleetClient, metrics: GatewayMetrics,
+                 models: ServedModels) -> None:
         self._settings = settings
         self._fleet = fleet
         self._metrics = metrics
-        self._tasks = TaskBook(settings.models, settings.model_tasks, lambda: fleet.redis, settings.retry_after_s)
+        self._models = models
+        self._tasks = TaskBook(models, settings.model_tasks, lambda: fleet.redis, settings.retry_after_s)
+        self._readiness = ModelReadiness(lambda: fleet.redis)
         self.max_text_chars = settings.max_text_chars
         self.limits = Limits(max_elements=settings.oip_max_rows, max_element_bytes=settings.max_text_chars * 4,
                              max_timeout_ms=settings.max_timeout_ms)
@@ -58,15 +71,29 @@ class OipService:
     async def task(self, model: str, version: str | None) -> Task:
         return await self._tasks.task(model, version)
 
-    def server_ready(self) -> bool:
+    def accepting(self) -> bool:
+        """Whether calls are accepted and queued now: the gateway reads its replies from Redis."""
         try:
             return self._fleet.waiter.down_reason is None
         except RuntimeError:
             return False
 
+    async def server_ready(self, readiness: Readiness = Readiness.serving) -> Served:
+        """`serving` (what the protocol's clients expect, as Triton's strict readiness): calls are
+        accepted and every model this gateway serves is ready; `queued`: calls are accepted."""
+        if not self.accepting():
+            return Served(False, "replies cannot be read from Redis")
+        if readiness is Readiness.queued:
+            return Served(True)
+        for model in sorted(self._models.served):
+            served = await self._ready(model, None)
+            if not served.ready:
+                return served
+        return Served(True)
+
     async def versions(self, model: str) -> list[str]:
         """The versions live workers of `model` serve now, from their heartbeats."""
-        self._tasks.check_known(model)
+        await self._tasks.check_known(model)
         try:
             workers = await list_workers(self._fleet.redis, model)
         except (RedisError, OSError) as exc:
@@ -74,11 +101,19 @@ class OipService:
                            retry_after_s=self._settings.retry_after_s) from None
         return sorted({worker.version for worker in workers if worker.state != "failed"})
 
-    async def model_ready(self, model: str, version: str | None) -> bool:
-        self._tasks.check_known(model)
-        if version is None:
-            return (await self._fleet.router.route(model)).workers_alive > 0
-        return version in await self.versions(model)
+    async def model_ready(self, model: str, version: str | None, readiness: Readiness = Readiness.serving) -> Served:
+        """`serving`: a live worker serves the stable version (or `version`); `queued`: this gateway
+        accepts and queues the model's calls (they wait for a worker)."""
+        await self._tasks.check_known(model, version)
+        if readiness is Readiness.queued:
+            return Served(True) if self.accepting() else Served(False, "replies cannot be read from Redis")
+        return await self._ready(model, version)
+
+    async def _ready(self, model: str, version: str | None) -> Served:
+        try:
+            return await self._readiness.of(model, version)
+        except (RedisError, OSError) as exc:
+            return Served(False, f"redis unavailable: {type(exc).__name__}")
 
     async def model_metadata(self, model: str, version: str | None) -> dict[str, Any]:
         card = await self._tasks.card(model, version)

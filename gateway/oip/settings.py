@@ -22,5 +22,5 @@ class OipSettings(FleetSettings):
                               "infer call; more are 400. Each row takes one of the tenant's quota tokens")
     model_tasks: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TASKS), description="The task of each "
                                         "model the Open Inference Protocol serves (embedding or classification), "
-                                        "until the workers publish model cards; a model not listed is taken as "
-                                        "embedding")
+                                        "until the workers publish model cards; a model not listed has no task "
+                                        "until a worker writes its card (its calls are 503 meanwhile)")

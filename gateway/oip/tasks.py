@@ -1,7 +1,7 @@
 """How each task's requests and results map onto the protocol's tensors, one function per task
-(`embedding_task`, `classification_task`), chosen by `task_of`. Until workers publish model
-cards, what a model's task is comes from the gateway's `model_tasks` setting, and what cannot be
-known without the card (an embedding's width, a classifier's label list) is -1.
+(`embedding_task`, `classification_task`), named in `TASKS`. Until workers publish model
+cards, what a model's task is comes from the gateway's `model_tasks` setting (gateway/oip/model_tasks.py),
+and what cannot be known without the card (an embedding's width, a classifier's label list) is -1.
 
 Text tasks take one BYTES input of shape [N] or [N, 1]: each element is one request row,
 published to Kafka as one fleet request (one text each)."""
@@ -156,9 +156,3 @@ def _named(name: str, tensor: OutputTensor) -> OutputTensor:
 
 
 TASKS: dict[str, Callable[[], Task]] = {"embedding": embedding_task, "classification": classification_task}
-
-
-def task_of(model: str, model_tasks: dict[str, str]) -> Task:
-    """The task of `model` from the gateway's `model_tasks` setting: for a model whose workers have
-    written no card yet (gateway/oip/card_tasks.py `card_task` reads the card)."""
-    return TASKS.get(model_tasks.get(model, "embedding"), embedding_task)()

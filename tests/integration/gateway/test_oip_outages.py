@@ -39,7 +39,7 @@ async def test_redis_down_is_503_and_not_ready(stack: FleetSettings, tmp_path: P
                 break
             await asyncio.sleep(0.1)
         ready = await http.get("/v2/health/ready")
-        assert ready.status_code == 503 and ready.json() == {"ready": False}
+        assert ready.status_code == 503 and ready.json() == {"ready": False, "reason": "replies cannot be read from Redis"}
         assert (await http.get("/v2/health/live")).json() == {"live": True}
         assert_unavailable(await http.post("/v2/models/oip-noredis/infer", json=body()))
         assert_unavailable(await http.get("/v2/models/oip-noredis"))

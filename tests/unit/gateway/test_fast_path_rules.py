@@ -12,6 +12,7 @@ from fastapi import HTTPException
 from starlette.routing import Match
 
 from gateway.app import model_routes
+from gateway.catalog import ServedModels
 from gateway.body import parse_document
 from gateway.client import FleetClient, partition_of_request
 from gateway.fast_routes import fast_route
@@ -31,7 +32,9 @@ PATHS = ["/v1/models/m/infer", "/v1/models/m/requests", "/v1/models/m.v-2_x/infe
 @pytest.mark.parametrize("method", ["POST", "GET", "PUT"])
 def test_the_fast_path_takes_exactly_what_fastapis_model_routes_take(path: str, method: str) -> None:
     settings = GatewaySettings()
-    routes = model_routes(ModelRequests(settings, FleetClient(settings), GatewayMetrics())).routes
+    fleet = FleetClient(settings)
+    models = ServedModels(None, lambda: fleet.redis, poll_s=settings.catalog_poll_s)
+    routes = model_routes(ModelRequests(settings, fleet, GatewayMetrics(), models)).routes
     scope = {"type": "http", "method": method, "path": path, "root_path": ""}
     fastapi_full_match = any(route.matches(scope)[0] is Match.FULL for route in routes)
     assert len(routes) == 2
