@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 from common.redis_cluster import AnyRedis
 from common.settings import FleetSettings
-from fleet.arguments import command_parser
+from fleet.arguments import command_parser, default_actor
 from fleet.commands.dlq_store import (DeadLetterEntry, ReplayMark, counts_by_code, dlq_ends, letter_fields, purge,
                                       read_dead_letters, replay, replay_marks, time_bound)
-from fleet.commands.models import default_actor, format_ms
+from fleet.commands.models import format_ms
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table

@@ -7,20 +7,24 @@
     fleet models import PATH_OR_URL --name NAME [--task T] [--int8]
                                                derive, check and register a version from your own model
                                                (ONNX, transformers, sentence-transformers, scikit-learn, ...)
-    fleet models set-stable MODEL VERSION      point stable at VERSION (audited)
+    fleet models set-stable MODEL VERSION      point stable at VERSION (audited); the model is served by
+                                               every gateway within seconds (a retired model comes back)
+    fleet models retire MODEL [VERSION]        take a model, or one version, out of service: gateways
+                                               refuse it, the console stops listing it (audited)
+    fleet models gateways                      what each running gateway serves
     fleet models history MODEL                 who changed the pointers, when, and why
 
-Pointers live in Redis; the registry folder is FLEET_MODEL_DIR (default <FLEET_HOME>/models).
+Pointers and the catalogue of served models (common/catalog.py) live in Redis; the registry folder
+is FLEET_MODEL_DIR (default <FLEET_HOME>/models) and keeps every version, retired or not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 import shutil
-import socket
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,10 +32,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from common.catalog import CatalogEntry, CatalogError, list_gateways, read_entry, retire
+from common.heartbeats import list_workers
 from common.redis_cluster import AnyRedis
 from common.clients import redis_client
 from common.settings import FleetSettings
-from fleet.arguments import command_parser
+from fleet.arguments import command_parser, default_actor
 from fleet.commands.model_import import add_import_parser, cmd_import, source_cell
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
@@ -41,15 +47,6 @@ from models import (MANIFEST_FILE, ModelManifest, ModelRegistry, RegistryError, 
 from versions import AuditEntry, PointerError, PointerState, VersionPointers
 
 SHORT_SHA = 12
-
-
-def default_actor() -> str:
-    """`$USER@host`: who the audit log names for a change made from this shell."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def format_ms(time_ms: int) -> str:
@@ -64,11 +61,12 @@ def model_of(version_or_model: str) -> str:
     return version_or_model
 
 
-async def read_pointers(settings: FleetSettings, model: str) -> PointerState | None:
-    """The pointers, or None (with a note) when Redis does not answer: listing works without it."""
+async def read_pointers(settings: FleetSettings, model: str) -> tuple[PointerState, CatalogEntry | None] | None:
+    """The pointers and the model's catalogue entry, or None (with a note) when Redis does not answer:
+    listing works without it."""
     redis = redis_client(settings, socket_connect_timeout=1, socket_timeout=2)
     try:
-        return await VersionPointers(redis, model).get()
+        return await VersionPointers(redis, model).get(), await read_entry(redis, model)
     except (RedisError, OSError) as exc:
         print(f"(pointers unknown: Redis at {settings.redis_url_redacted} does not answer: {exc})", file=sys.stderr)
         return None
@@ -76,13 +74,15 @@ async def read_pointers(settings: FleetSettings, model: str) -> PointerState | N
         await redis.aclose()
 
 
-def markers(manifest: ModelManifest, pointers: PointerState | None) -> str:
+def markers(manifest: ModelManifest, pointers: PointerState | None, entry: CatalogEntry | None = None) -> str:
     if pointers is None:
         return "?"
     marks = [name for name, version in (("stable", pointers.stable), ("candidate", pointers.candidate),
                                         ("previous", pointers.previous)) if version == manifest.id]
     if pointers.candidate == manifest.id:
         marks[marks.index("candidate")] = f"candidate {pointers.percent:g}% ({pointers.state})"
+    if entry is not None and manifest.id in entry.retired_versions:
+        marks.append("retired")
     return ", ".join(marks)
 
 
@@ -91,9 +91,18 @@ def check_cell(manifest: ModelManifest) -> str:
     return f"{check.name}: {check.metric} {check.value:.4g} {check.comparison} {check.threshold:g}"
 
 
-def list_rows(manifests: Sequence[ModelManifest], pointers: PointerState | None) -> list[tuple[str, ...]]:
+def list_rows(manifests: Sequence[ModelManifest], pointers: PointerState | None,
+              entry: CatalogEntry | None = None) -> list[tuple[str, ...]]:
     return [(m.id, m.precision, str(getattr(m, "task", "embedding")), m.created.strftime("%Y-%m-%d %H:%M"),
-             m.parent or "-", source_cell(m, short=True), check_cell(m), markers(m, pointers)) for m in manifests]
+             m.parent or "-", source_cell(m, short=True), check_cell(m), markers(m, pointers, entry))
+            for m in manifests]
+
+
+def listing_word(entry: CatalogEntry | None) -> str:
+    """How the catalogue lists a model: served, retired, or not served (never made stable)."""
+    if entry is None:
+        return "not served: no stable version set"
+    return "retired" if entry.retired else "served"
 
 
 def registered_models(registry: ModelRegistry) -> list[str]:
@@ -113,10 +122,11 @@ def cmd_list(settings: FleetSettings, registry: ModelRegistry, model: str | None
         if not manifests:
             print(f"{name}: no registered versions in {registry.root}")
             continue
-        pointers = asyncio.run(read_pointers(settings, name))
-        print(f"{name}")
+        read = asyncio.run(read_pointers(settings, name))
+        pointers, entry = read if read is not None else (None, None)
+        print(f"{name}" + (f"  ({listing_word(entry)})" if read is not None else ""))
         print(format_table(("version", "precision", "task", "created", "parent", "source", "check", "pointers"),
-                           list_rows(manifests, pointers)))
+                           list_rows(manifests, pointers, entry)))
         print()
     return Exit.OK
 
@@ -154,13 +164,17 @@ def describe_pointers(pointers: PointerState) -> list[tuple[str, str]]:
 
 def cmd_show(settings: FleetSettings, registry: ModelRegistry, target: str) -> int:
     model = model_of(target)
-    pointers = asyncio.run(read_pointers(settings, model))
+    read = asyncio.run(read_pointers(settings, model))
+    pointers, entry = read if read is not None else (None, None)
     if target == model:
         version = pointers.stable if pointers is not None and pointers.stable else None
         manifest = registry.resolve(model, version)
     else:
         manifest = registry.resolve(model, target)
-    print(format_pairs(describe(manifest) + ([] if pointers is None else describe_pointers(pointers))))
+    listing = [] if read is None else [("served", listing_word(entry))] + (
+        [("retired", entry.why_retired(model, manifest.id if manifest.id in entry.retired_versions else None))]
+        if entry is not None and (entry.retired or manifest.id in entry.retired_versions) else [])
+    print(format_pairs(describe(manifest) + ([] if pointers is None else describe_pointers(pointers)) + listing))
     return Exit.OK
 
 
@@ -256,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     stable.add_argument("version")
     stable.add_argument("--reason", default="set by hand")
     stable.add_argument("--actor", default=None, help="who to log; default $USER@host")
+    retiring = commands.add_parser("retire", help="take a model, or one of its versions, out of service")
+    retiring.add_argument("model")
+    retiring.add_argument("version", nargs="?", default=None)
+    retiring.add_argument("--reason", required=True)
+    retiring.add_argument("--actor", default=None, help="who to log; default $USER@host")
+    commands.add_parser("gateways", help="what each running gateway serves")
     history = commands.add_parser("history", help="pointer changes: who, when, what, why")
     history.add_argument("model")
     history.add_argument("--limit", type=int, default=20)
@@ -271,11 +291,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "register":
             return cmd_register(registry, args.source)
         if args.command == "import":
-            return cmd_import(registry, args)
+            return cmd_import(settings, registry, args)
         if args.command == "set-stable":
             return asyncio.run(with_redis(settings, lambda redis: _set_stable(redis, registry, args)))
+        if args.command == "retire":
+            return asyncio.run(with_redis(settings, lambda redis: _retire(redis, registry, args)))
+        if args.command == "gateways":
+            return asyncio.run(with_redis(settings, _gateways))
         return asyncio.run(with_redis(settings, lambda redis: _history(redis, args.model, args.limit)))
-    except (RegistryError, PointerError, ValueError, OSError) as exc:
+    except (RegistryError, PointerError, CatalogError, ValueError, OSError) as exc:
         print(f"fleet models {args.command}: {exc}", file=sys.stderr)
         return Exit.FAILED
 
@@ -284,6 +308,39 @@ async def _set_stable(redis: AnyRedis, registry: ModelRegistry, args: Any) -> in
     pointers = VersionPointers(redis, args.model, registry)
     state = await pointers.set_stable(args.version, args.actor or default_actor(), args.reason)
     print(f"{args.model}: stable is {state.stable}" + (f" (previous {state.previous})" if state.previous else ""))
+    return Exit.OK
+
+
+async def _retire(redis: AnyRedis, registry: ModelRegistry, args: Any) -> int:
+    if args.version is not None:
+        registry.resolve(args.model, args.version)  # raises ModelNotFound naming what exists
+    pointers = VersionPointers(redis, args.model)
+    state = await pointers.get()
+    serving = frozenset(v for v in (state.stable, state.candidate) if v is not None)
+    actor = args.actor or default_actor()
+    await retire(redis, args.model, args.version, actor, args.reason, serving=serving)
+    await pointers.log("retire" + (f" {args.version}" if args.version else ""), actor, args.reason)
+    what = f"version {args.version} of {args.model}" if args.version else args.model
+    print(f"retired {what}: gateways refuse it within seconds" + ("" if args.version else
+          f"; `fleet models set-stable {args.model} VERSION` serves it again"))
+    live = [w for w in await list_workers(redis, args.model)
+            if args.version is None or w.version == args.version]
+    if live:
+        print(f"{len(live)} worker(s) still run it ({', '.join(w.worker for w in live)}): stop them "
+              f"(fleet workers stop, or scale the deployment to 0)")
+    return Exit.OK
+
+
+async def _gateways(redis: AnyRedis) -> int:
+    beats = await list_gateways(redis)
+    if not beats:
+        print("no gateway has written a beat (gateways write one every FLEET_CATALOG_POLL_S)")
+        return Exit.OK
+    now_ms = time.time() * 1000
+    rows = [(beat.gateway, ", ".join(beat.served) or "-",
+             "FLEET_MODELS" if beat.allow_list is not None else "the catalogue",
+             f"{max(now_ms - beat.written_ms, 0) / 1000:.1f}s ago") for beat in beats]
+    print(format_table(("gateway", "serves", "following", "beat"), rows))
     return Exit.OK
 
 

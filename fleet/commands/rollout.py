@@ -27,8 +27,8 @@ from typing import Any
 
 
 from common.redis_cluster import AnyRedis
-from fleet.arguments import command_parser
-from fleet.commands.models import default_actor, format_ms, history_rows
+from fleet.arguments import command_parser, default_actor
+from fleet.commands.models import format_ms, history_rows
 from fleet.commands.redis_access import with_redis
 from fleet.exits import Exit
 from fleet.tables import format_pairs, format_table

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from common.auth_keys import list_keys
+from common.catalog import GatewayBeat, list_gateways, read_entry
 from common.heartbeats import list_workers
 from common.tenant_usage import ADMITTED, RATE, WAITS, TenantUsage, read_usage
 from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_code, format_ends, letter_fields,
@@ -16,7 +17,8 @@ from fleet.commands.dlq_store import (DeadLetterEntry, audit_entries, counts_by_
 from fleet.commands.dlq import replayed_cell
 from fleet.commands.keys import when
 from fleet.console.batches import batch_jobs, job_row, recent_jobs
-from fleet.commands.models import describe_pointers, format_ms, history_rows, list_rows, registered_models
+from fleet.commands.models import (describe_pointers, format_ms, history_rows, list_rows, listing_word,
+                                   registered_models)
 from fleet.commands.rollout import OPERATOR_ACTIONS
 from fleet.console.assignments import partitions_of_worker
 from fleet.console.sources import Gathered, Outage, overview, worker_row
@@ -40,13 +42,21 @@ def usage_row(usage: TenantUsage) -> dict[str, object]:
             "use": "-" if use is None else f"{use:.0%}"}
 
 
+def gateway_row(beat: GatewayBeat) -> dict[str, object]:
+    return {"gateway": beat.gateway, "served": ", ".join(beat.served) or "-",
+            "following": "FLEET_MODELS" if beat.allow_list is not None else "the catalogue",
+            "age": f"{max(now_ms() - beat.written_ms, 0) / 1000:.1f}s ago"}
+
+
 async def _overview_context(request: Request) -> tuple[Gathered, dict[str, object]]:
     console = console_of(request)
     gathered = Gathered()
-    views = await overview(console.settings, console.redis, console.monitor, console.throughput, gathered)
+    views = await overview(console.redis, console.monitor, console.throughput, gathered)
+    gateways = await gathered.read("Redis", "what each gateway serves", list_gateways(console.redis), [])
     charts = {v.name: console.monitor.series(v.name) for v in views}
     serving = {v.name: console.serving.series(v.name) for v in views}
     return gathered, {"views": views, "rows": {v.name: [worker_row(w) for w in v.workers] for v in views},
+                      "gateways": [gateway_row(beat) for beat in gateways],
                       "charts": json.dumps(charts).replace("<", "\\u003c"),
                       "serving": json.dumps(serving).replace("<", "\\u003c"), "sampled_at": format_ms(int(console.monitor.sampled_at * 1000))}
 
@@ -77,7 +87,10 @@ async def versions_page(request: Request) -> HTMLResponse:
         state = await gathered.read("Redis", "pointers, rollout gates and history", pointers.get(), None)
         report = await gathered.read("Redis", "pointers, rollout gates and history", read_report(console.redis, name), None)
         history = await gathered.read("Redis", "pointers, rollout gates and history", pointers.history(10), [])
-        models.append({"name": name, "versions": list_rows(registry.versions(name), state), "state": state,
+        entry = await gathered.read("Redis", "pointers, rollout gates and history", read_entry(console.redis, name),
+                                    None)
+        models.append({"name": name, "versions": list_rows(registry.versions(name), state, entry), "state": state,
+                       "listing": listing_word(entry),
                        "ids": [m.id for m in registry.versions(name)],
                        "pointers": describe_pointers(state) if state is not None else [],
                        "report": report, "history": history_rows(history)})

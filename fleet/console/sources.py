@@ -11,16 +11,14 @@ from typing import Any, TypeVar
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
+from common.catalog import read_catalog
 from common.heartbeats import WorkerInfo, list_workers
 from common.redis_cluster import AnyRedis
 from fleet.commands.lag import GroupLag, format_duration
-from fleet.commands.models import registered_models
 from fleet.commands.workers import state_cell
 from fleet.console.cache_rates import cache_words
 from fleet.console.lag_monitor import LagMonitor
-from fleet.console.settings import ConsoleSettings
 from fleet.console.throughput import ThroughputMemory, VersionFigures
-from models import ModelRegistry
 from versions import PointerState, VersionPointers
 
 T = TypeVar("T")
@@ -121,12 +119,24 @@ async def served_figures(redis: AnyRedis, view: ModelView, memory: ThroughputMem
     return found
 
 
-async def overview(settings: ConsoleSettings, redis: AnyRedis, monitor: LagMonitor, memory: ThroughputMemory,
+async def overview(redis: AnyRedis, monitor: LagMonitor, memory: ThroughputMemory,
                    gathered: Gathered) -> list[ModelView]:
-    """Per model: workers, pointers, lag, problems; models with problems first."""
-    registry = ModelRegistry(settings.registry_dir)
+    """Per served model: workers, pointers, lag, problems; models with problems first.
+
+    Served: what the catalogue lists and what live workers serve, less the retired (common/catalog.py),
+    as the gateways see it, and any group with records waiting (a backlog nobody serves is news). Not
+    every folder of the registry nor every group Kafka remembers: the cache verifier the workers use
+    inside, drained benchmark copies and abandoned imports are not served, and would only bury the
+    real alerts under "no healthy primary worker". While Redis is away, Kafka's groups stand in."""
     workers = await gathered.read("Redis", "workers and pointers", list_workers(redis), [])
-    names = set(registered_models(registry)) | {w.model for w in workers} | set(monitor.latest)
+    catalogue = await gathered.read("Redis", "workers and pointers", read_catalog(redis), None)
+    waiting = {group for group, lag in monitor.latest.items() if lag.lag > 0}
+    if catalogue is None:
+        names = {w.model for w in workers} | set(monitor.latest)
+    else:
+        retired = {model for model, entry in catalogue.items() if entry.retired}
+        listed = {model for model, entry in catalogue.items() if not entry.retired}
+        names = (listed | {w.model for w in workers} | waiting) - retired
     names = {n for n in names if "." not in n}  # shadow groups (model.shadow) show under their model
     if monitor.problem is not None:
         gathered.outages.append(Outage("Kafka", "consumer-group lag and its history", monitor.problem))

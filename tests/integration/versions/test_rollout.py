@@ -309,6 +309,25 @@ def test_models_register_list_set_stable_history(cli_model: tuple[str, Path], ca
     history = capsys.readouterr().out
     assert "eve@box" in history and "set-stable" in history and "first" in history
 
+    # Retiring: a version that serves cannot go alone; another one, or the whole model, can (audited).
+    assert models_cli.main(["retire", name, stable, "--reason", "old"]) == 1
+    assert "serves now" in capsys.readouterr().err
+    assert models_cli.main(["retire", name, candidate, "--reason", "never shipped", "--actor", "eve@box"]) == 0
+    assert models_cli.main(["list", name]) == 0
+    listing = capsys.readouterr().out
+    assert f"{name}  (served)" in listing
+    assert next(line for line in listing.splitlines() if line.startswith(candidate)).rstrip().endswith("retired")
+    assert models_cli.main(["retire", name, "--reason", "replaced", "--actor", "eve@box"]) == 0
+    assert "set-stable" in capsys.readouterr().out  # how to bring it back
+    assert models_cli.main(["list", name]) == 0
+    assert f"{name}  (retired)" in capsys.readouterr().out
+    assert models_cli.main(["history", name]) == 0
+    history = capsys.readouterr().out
+    assert f"retire {candidate}" in history and "replaced" in history
+    assert models_cli.main(["set-stable", name, stable, "--reason", "back"]) == 0
+    assert models_cli.main(["list", name]) == 0
+    assert f"{name}  (served)" in capsys.readouterr().out
+
 
 def test_rollout_cli_detach_status_pause_rollback(cli_model: tuple[str, Path],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
