@@ -1,7 +1,8 @@
 """The manifest of an imported version, derived from the staged graph and files: the one place
 that knows ModelManifest's fields for imports (so a change of the manifest is reconciled here).
 
-Inputs and outputs are read from the graph, labels and max length come from the converter
+Inputs and outputs are read from the graph (an embedding's rows are stated normalised only when
+the import measured unit norms on them), labels and max length come from the converter
 (the source's config and tokenizer), the source is recorded with the sha256 of each of its files.
 """
 
@@ -22,10 +23,10 @@ def import_source(converted: Converted, uri: str, hashes: dict[str, str]) -> Imp
 
 
 def derive_manifest(converted: Converted, *, name: str, version_id: str, created: datetime, folder: Path,
-                    source: ImportSource, check: AccuracyCheck, precision: Precision = "fp32",
+                    source: ImportSource, check: AccuracyCheck, unit_rows: bool, precision: Precision = "fp32",
                     parent: str | None = None, extra_recipe: dict[str, str] | None = None,
                     extra_hyperparameters: dict[str, float | int | str] | None = None) -> ModelManifest:
-    inputs, outputs = read_signature(folder / ONNX_FILE, converted.task)
+    inputs, outputs = read_signature(folder / ONNX_FILE, converted.task, unit_rows=unit_rows)
     if converted.inputs_allow_nan:
         inputs = tuple(spec.model_copy(update={"allow_nan": spec.dtype.startswith("float")}) for spec in inputs)
     tokenizer = converted.tokenizer_file.name if converted.tokenizer_file is not None else None

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from models.backends.onnx import open_session
 from models.build.progress import Progress
 from models.build.version import describe_check, staged_version
-from models.importing.checks import check_against_source, check_int8
+from models.importing.checks import check_against_source, check_int8, rows_have_unit_norm
 from models.importing.converted import ONNX_FILE, Converted, ImportRequest
 from models.importing.detect import DetectedSource, detect
 from models.importing.errors import ImportRefused
@@ -30,6 +30,11 @@ from models.remote_files import is_url
 
 def convert(detected: DetectedSource, request: ImportRequest, into: Path) -> Converted:
     """The converter for the source's kind; heavy frameworks load only when their kind is imported."""
+    onnx_only = request.onnx_file_flags()
+    if onnx_only and detected.kind != "onnx":
+        raise ImportRefused(f"{', '.join(onnx_only)}: for ONNX files exported elsewhere, not for this "
+                            f"{detected.kind} source: the import exports it itself, with the tokenizer, inputs, "
+                            "output and pooling the source states")
     if detected.kind == "onnx":
         from models.importing.onnx_file import convert_onnx
 
@@ -80,14 +85,16 @@ def import_model(registry: ModelRegistry, source: str, request: ImportRequest, p
             name_anonymous_axes(folder / ONNX_FILE)
             inputs, outputs = read_signature(folder / ONNX_FILE, converted.task)
             check_fits_task(converted.task, inputs, outputs, converted.labels)
-            progress.step(f"task {converted.task}; checking the graph against {converted.format} and in batches of 1, 3, 8")
+            progress.step(f"task {converted.task}; checking the graph against {converted.compared_with} and in "
+                          "batches of 1, 3, 8")
             session = _session(folder / ONNX_FILE)
-            check = check_against_source(session, converted.samples, converted.reference, converted.format,
-                                         {spec.name: spec.shape for spec in outputs})
+            check = check_against_source(session, converted.samples, converted.reference, converted.compared_with,
+                                         {spec.name: spec.shape for spec in outputs}, converted.reference_max_abs_diff)
             progress.step(f"FP32 check: {describe_check(check)}")
             source_record = import_source(converted, uri, provenance)
             fp32 = derive_manifest(converted, name=request.name, version_id=version_id, created=created,
-                                   folder=folder, source=source_record, check=check)
+                                   folder=folder, source=source_record, check=check,
+                                   unit_rows=_unit_rows(converted, session))
             _refuse_failed(fp32)
             if not request.int8:
                 return [_register(registry, fp32, progress)]
@@ -95,6 +102,11 @@ def import_model(registry: ModelRegistry, source: str, request: ImportRequest, p
                 int8 = _stage_int8(converted, fp32, folder, int8_folder, int8_id, session, progress)
                 _refuse_failed(int8)
                 return [_register(registry, fp32, progress), _register(registry, int8, progress)]
+
+
+def _unit_rows(converted: Converted, session: ort.InferenceSession) -> bool:
+    """An embedding's manifest says its rows are normalised only where they are."""
+    return converted.task == "embedding" and rows_have_unit_norm(session, converted.samples)
 
 
 def _register(registry: ModelRegistry, manifest: ModelManifest, progress: Progress) -> ModelManifest:
@@ -115,10 +127,12 @@ def _stage_int8(converted: Converted, fp32: ModelManifest, fp32_folder: Path, fo
         raise ImportRefused(f"--int8: ONNX Runtime cannot quantise this graph: {exc}") from exc
     if converted.tokenizer_file is not None:
         shutil.copyfile(converted.tokenizer_file, folder / converted.tokenizer_file.name)
-    check = check_int8(_session(folder / ONNX_FILE), fp32_session, converted.samples)
+    int8_session = _session(folder / ONNX_FILE)
+    check = check_int8(int8_session, fp32_session, converted.samples)
     progress.step(f"INT8 check: {describe_check(check)}")
     return derive_manifest(converted, name=fp32.name, version_id=version_id, created=fp32.created, folder=folder,
-                           source=fp32.source, check=check, precision="int8", parent=fp32.id,
+                           source=fp32.source, check=check, unit_rows=_unit_rows(converted, int8_session),
+                           precision="int8", parent=fp32.id,
                            extra_recipe=quantize.recipe(), extra_hyperparameters=quantize.hyperparameters())
 
 

@@ -9,7 +9,9 @@ Log (softmax(log p) = p, so the backend's softmax gives the graph's own probabil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +19,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from models.importing.samples import Samples
+from models.importing.converted import Reference
+from models.importing.samples import Arrays, Samples
 
 # Rows of probabilities: non-negative and summing to 1 within float32 rounding.
 _SUM_TOLERANCE = 1e-3
@@ -27,7 +30,31 @@ def are_probabilities(rows: npt.NDArray[np.floating]) -> bool:
     return bool(np.all(rows >= 0) and np.allclose(rows.sum(axis=-1), 1.0, atol=_SUM_TOLERANCE))
 
 
-def fit_scores_to_task(onnx_path: Path, task: str, samples: Samples) -> str | None:
+@dataclass(frozen=True)
+class ScoresFit:
+    """The node appended to the first output, and why."""
+
+    op: Literal["Softmax", "Log"]
+    output: str  # the graph's first output now
+    why: str
+
+    def apply(self, rows: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        """What the appended node computes, in numpy."""
+        if self.op == "Log":
+            return np.asarray(np.log(rows), dtype=np.float32)
+        exponentials = np.exp(rows - rows.max(axis=-1, keepdims=True))
+        return np.asarray(exponentials / exponentials.sum(axis=-1, keepdims=True), dtype=np.float32)
+
+    def after(self, reference: Reference) -> Reference:
+        """`reference` (the first output before the node) followed by the node, for the check."""
+        def fitted(feeds: Arrays) -> Arrays:
+            (rows,) = reference(feeds).values()
+            return {self.output: self.apply(rows.astype(np.float32))}
+
+        return fitted
+
+
+def fit_scores_to_task(onnx_path: Path, task: str, samples: Samples) -> ScoresFit | None:
     """Append Softmax or Log to the first output where the task needs it; what was done, or None."""
     if task not in ("classification", "token-classification"):
         return None
@@ -36,15 +63,15 @@ def fit_scores_to_task(onnx_path: Path, task: str, samples: Samples) -> str | No
     rows = np.asarray(session.run([first], samples.feeds(list(range(samples.count))))[0], dtype=np.float64)
     probabilities = are_probabilities(rows)
     if task == "classification" and not probabilities:
-        _append(onnx_path, "Softmax", "probabilities", axis=-1)
-        return "Softmax appended: the graph returned logits, the classification task serves probabilities"
+        return ScoresFit("Softmax", _append(onnx_path, "Softmax", "probabilities", axis=-1), "Softmax appended: the "
+                         "graph returned logits, the classification task serves probabilities")
     if task == "token-classification" and probabilities:
-        _append(onnx_path, "Log", "logits")
-        return "Log appended: the graph returned probabilities, the token-classification backend takes logits"
+        return ScoresFit("Log", _append(onnx_path, "Log", "logits"), "Log appended: the graph returned "
+                         "probabilities, the token-classification backend takes logits")
     return None
 
 
-def _append(onnx_path: Path, op: str, new_name: str, **attributes: int) -> None:
+def _append(onnx_path: Path, op: str, new_name: str, **attributes: int) -> str:
     model = onnx.load(str(onnx_path))
     output = model.graph.output[0]
     taken = {value.name for value in (*model.graph.input, *model.graph.output, *model.graph.initializer)}
@@ -60,3 +87,4 @@ def _append(onnx_path: Path, op: str, new_name: str, **attributes: int) -> None:
     model.graph.output.insert(0, appended)
     onnx.checker.check_model(model)
     onnx.save(model, str(onnx_path))
+    return name

@@ -40,9 +40,12 @@ def name_anonymous_axes(onnx_path: Path) -> None:
         onnx.save(model, str(onnx_path))
 
 
-def read_signature(onnx_path: Path, task: str) -> tuple[tuple[TensorSpec, ...], tuple[OutputSpec, ...]]:
+def read_signature(onnx_path: Path, task: str, *, unit_rows: bool = True
+                   ) -> tuple[tuple[TensorSpec, ...], tuple[OutputSpec, ...]]:
+    """The graph's inputs and outputs as the manifest states them; an embedding's outputs are
+    `normalized` when `unit_rows` (what the import measured on its rows)."""
     try:
-        return describe_io(onnx_path, normalized_outputs=task == "embedding")
+        return describe_io(onnx_path, normalized_outputs=task == "embedding" and unit_rows)
     except ValueError as exc:
         raise ImportRefused(f"{onnx_path.name}: {exc}") from exc
 
