@@ -51,6 +51,9 @@ class Ledger:
         """Accepted ids without an answer so far (the ones to look up in Redis before calling them lost)."""
         return [request_id for request_id in self.accepted if request_id not in self.answers]
 
+    def lost_by_path(self) -> Counter[str]:
+        return Counter(self.accepted[request_id] for request_id in self.unanswered())
+
     @property
     def answered(self) -> int:
         return sum(request_id in self.answers for request_id in self.accepted)

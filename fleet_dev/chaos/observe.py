@@ -126,6 +126,29 @@ def _code(value: bytes | None) -> str:
         return "(undecodable dead letter)"
 
 
+async def on_topic_uncommitted(settings: FleetSettings, topic: str, ids: Sequence[str]) -> int:
+    """How many of `ids` a read_uncommitted reader finds on `topic` (all of it): results a read_committed
+    reader never saw were produced in a transaction that aborted, or that is still open."""
+    wanted, found = set(ids), set()
+    partitions = await partitions_of(settings, topic)
+    if not wanted or not partitions:
+        return 0
+    async with _consumer(settings) as consumer:
+        consumer.assign(partitions)
+        ends = dict(await consumer.end_offsets(partitions))
+        await consumer.seek_to_beginning(*partitions)
+        left = {tp for tp, end in ends.items() if end > 0}
+        while left:
+            for records in (await consumer.getmany(*left, timeout_ms=1000)).values():
+                for record in records:
+                    try:
+                        found.add(Result.decode(record.value or b"").id)
+                    except WireError:
+                        continue
+            left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
+    return len(wanted & found)
+
+
 async def stored_results(redis: AnyRedis, ids: Sequence[str]) -> list[tuple[str, str]]:
     """(id, status) of the ids whose result is stored in Redis; those not found (or unreadable) are left out."""
     found: list[tuple[str, str]] = []

@@ -54,6 +54,7 @@ class ScenarioReport:
     throughput_back_s: float | None = None
     baseline_per_s: float = 0.0
     lost_ids: list[str] = field(default_factory=list)
+    lost_paths: dict[str, int] = field(default_factory=dict)  # the load's path (http-infer, pipeline...) -> lost
     checks: dict[str, bool] = field(default_factory=dict)  # scenario-specific yes/no checks, e.g. a node rejoined
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
@@ -65,6 +66,7 @@ class ScenarioReport:
         self.refused = dict(ledger.refused)
         self.http_5xx += ledger.http_5xx
         self.lost_ids = ledger.unanswered()[:LOST_IDS_KEPT]
+        self.lost_paths = dict(ledger.lost_by_path())
 
     @property
     def unplanned_exits(self) -> list[WorkerExit]:
@@ -75,7 +77,9 @@ def failures(report: ScenarioReport) -> list[str]:
     """Why this scenario fails the run; empty when it passes."""
     found = []
     if report.lost:
-        found.append(f"{report.name}: {report.lost} accepted requests lost (e.g. {', '.join(report.lost_ids[:3])})")
+        paths = ", ".join(f"{path} {count}" for path, count in sorted(report.lost_paths.items()))
+        found.append(f"{report.name}: {report.lost} accepted requests lost ({paths}; e.g. "
+                     f"{', '.join(report.lost_ids[:3])})")
     exits = report.unplanned_exits
     if exits and report.name in MALFORMED_SCENARIOS:
         found.append(f"{report.name}: {len(exits)} worker exits on malformed input")

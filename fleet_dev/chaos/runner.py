@@ -28,12 +28,12 @@ from common.settings import FleetSettings
 from fleet_dev.chaos.ledger import Ledger, merge_answers, rate, throughput_back_after
 from fleet_dev.chaos.load import SteadyLoad
 from fleet_dev.chaos.malformed import MAX_RECORD_BYTES
-from fleet_dev.chaos.observe import DlqWatch, ResultsReader, first_good_answer, stored_results
+from fleet_dev.chaos.observe import (DlqWatch, ResultsReader, first_good_answer, on_topic_uncommitted,
+                                     stored_results)
 from fleet_dev.chaos.own_stack import ChaosStack
 from fleet_dev.chaos.processes import Fleet
 from fleet_dev.chaos.report import ScenarioReport, WorkerExit
 from fleet_dev.chaos.scenarios import Run, Scenario, Sizes
-from fleet.ports import free_port
 from gateway.client import FleetClient
 from gateway.settings import ClientSettings
 from schemas.names import DEFAULT_RESULTS_TOPIC, DLQ_TOPIC, fallback_topic, requests_topic
@@ -82,6 +82,10 @@ async def run_scenario(run: Run, scenario: Scenario, echo: Echo) -> ScenarioRepo
     await drain(run, ledger, load_end + sizes.drain_s)
     report.gateway_recovery_s = await probe
     report.take_ledger(ledger)
+    if report.lost and run.fleet.exactly_once:
+        unseen = await on_topic_uncommitted(run.stack.client_settings, run.results_topic, ledger.unanswered())
+        report.notes.append(f"of the {report.lost} lost, {unseen} are on {run.results_topic} for a "
+                            "read_uncommitted reader (their transaction aborted, or is still open)")
     report.throughput_back_s = throughput_back_after(ledger.ok_times(), report.baseline_per_s, fault_end, load_end)
     report.dead_letters = dict(await dlq.count())
     report.worker_exits = [WorkerExit(died.name, died.code, died.at - started, died.planned, died.log_tail)
