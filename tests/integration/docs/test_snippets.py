@@ -126,6 +126,14 @@ def scale_down(snippets: list[Snippet], fleet: DocsFleet, folder: Path) -> None:
         run(["fleet", "scale", model, "--workers", "0"], fleet, folder / f"scale-down-{model}")
 
 
+def retire_page_models(snippets: list[Snippet], fleet: DocsFleet, folder: Path) -> None:
+    """The models a page imported leave service with the page, as an operator retires a demo: the
+    gateway is then ready again for the next page (it is ready when every model it serves is)."""
+    for model in sorted({model for model in PAGE_MODELS for snippet in snippets if model in snippet.code}):
+        run(["fleet", "models", "retire", model, "--reason", "the docs page that imported it is over"], fleet,
+            folder / f"retire-{model}")
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_the_pages_snippets_run(page: str, docs_fleet: DocsFleet, tmp_path: Path) -> None:
     state = tmp_path / "shell-state"
@@ -140,6 +148,7 @@ def test_the_pages_snippets_run(page: str, docs_fleet: DocsFleet, tmp_path: Path
                 f"stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}")
     finally:
         scale_down(snippets, docs_fleet, tmp_path)
+        retire_page_models(snippets, docs_fleet, tmp_path)
     assert snippets
 
 
