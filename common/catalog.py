@@ -32,6 +32,7 @@ from schemas.names import CATALOG_KEY, GATEWAYS_KEY, gateway_key
 
 MAX_WATCH_RETRIES = 50
 MAX_RETIRED_VERSIONS = 1000  # a model's retired versions kept in its entry (oldest dropped)
+MAX_REASON_CHARS = 200  # every gateway reads every entry every poll: reasons stay short
 GATEWAY_INDEX_GRACE_MS = 60_000
 
 
@@ -53,7 +54,8 @@ class CatalogEntry:
     updated_ms: int = 0
 
     def encode(self) -> str:
-        return json.dumps({**asdict(self), "listing": self.listing.value, "retired_versions": list(self.retired_versions)})
+        return json.dumps({**asdict(self), "listing": self.listing.value,
+                           "retired_versions": list(self.retired_versions)})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> CatalogEntry | None:
@@ -61,7 +63,8 @@ class CatalogEntry:
         try:
             fields = json.loads(raw)
             return cls(listing=Listing(fields["listing"]),
-                       retired_versions=tuple(map(str, fields.get("retired_versions", ()))), actor=str(fields.get("actor", "")), reason=str(fields.get("reason", "")),
+                       retired_versions=tuple(map(str, fields.get("retired_versions", ()))),
+                       actor=str(fields.get("actor", "")), reason=str(fields.get("reason", "")),
                        updated_ms=int(fields.get("updated_ms", 0)))
         except (ValueError, KeyError, TypeError):
             return None
@@ -70,10 +73,12 @@ class CatalogEntry:
     def retired(self) -> bool:
         return self.listing is Listing.retired
 
-    def why_retired(self, model: str, version: str | None = None) -> str:
-        what = f"version {version} of {model}" if version is not None else f"model {model}"
+    def why_retired(self, model: str, version: str | None = None, *, for_callers: bool = False) -> str:
+        """For callers (a 404 a tenant reads): when and why, not which operator (the audit log says)."""
+        what = f"version {version[:80]} of {model[:80]}" if version is not None else f"model {model[:80]}"
         when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(self.updated_ms / 1000)) if self.updated_ms else "?"
-        return f"{what} is retired (by {self.actor or '?'} at {when}: {self.reason or 'no reason given'})"
+        who = "" if for_callers else f"by {self.actor or '?'} "
+        return f"{what} is retired ({who}at {when}: {self.reason or 'no reason given'})"
 
 
 _Mutation = Callable[[CatalogEntry | None], CatalogEntry]
@@ -95,16 +100,19 @@ async def list_model(redis: AnyRedis, model: str, actor: str, reason: str) -> No
     await redis.hsetnx(CATALOG_KEY, model, entry.encode())  # type: ignore[misc]
 
 
-async def serve_model(redis: AnyRedis, model: str, actor: str, reason: str) -> CatalogEntry:
-    """List `model` as served, lifting a retirement of the model (its retired versions stay retired)."""
+async def serve_model(redis: AnyRedis, model: str, version: str, actor: str, reason: str) -> CatalogEntry:
+    """List `model` as served with `version` stable: a retirement of the model, or of that version, is lifted
+    (the model's other retired versions stay retired)."""
     return await _change(redis, model, lambda entry: CatalogEntry(
-        Listing.served, entry.retired_versions if entry is not None else (), actor, reason, _now_ms()))
+        Listing.served, tuple(v for v in (entry.retired_versions if entry is not None else ()) if v != version),
+        actor, reason[:MAX_REASON_CHARS], _now_ms()))
 
 
 async def retire(redis: AnyRedis, model: str, version: str | None, actor: str, reason: str, *,
                  serving: frozenset[str] = frozenset()) -> CatalogEntry:
     """Retire `model`, or one `version` of it; `serving` are the versions its pointers name (stable,
     candidate): a version that serves cannot be retired alone."""
+    reason = reason[:MAX_REASON_CHARS]
     if version is not None and version in serving:
         raise CatalogError(f"{version} is a version {model} serves now (stable or candidate); point stable "
                            "elsewhere or roll the candidate back first, or retire the whole model")
@@ -171,10 +179,12 @@ class GatewayBeat:
 
 
 async def write_gateway_beat(redis: AnyRedis, beat: GatewayBeat, ttl_s: float) -> None:
+    """Write the beat; the index drops gateways gone for a minute (each restart is a new host:pid)."""
     ttl_ms = max(int(ttl_s * 1000), 1000)
     written = beat.with_time()
     await redis.set(gateway_key(beat.gateway), written.encode(), px=ttl_ms)
     await redis.zadd(GATEWAYS_KEY, {beat.gateway: written.written_ms + ttl_ms})
+    await redis.zremrangebyscore(GATEWAYS_KEY, "-inf", written.written_ms - GATEWAY_INDEX_GRACE_MS)
 
 
 async def remove_gateway_beat(redis: AnyRedis, gateway: str) -> None:

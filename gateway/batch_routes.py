@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from gateway.auth import caller_of
 from gateway.batch_jobs import BatchError, BatchJobs, JobStatus
 from gateway.batch_results import error_line, output_line
-from gateway.catalog import NotServed, ServedModels
+from gateway.catalog import CatalogueUnread, NotServed, ServedModels
 
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{24}$", description="the job id: 24 hex chars")]
 OPEN_TENANT = "anonymous"  # the jobs' tenant while authentication is off
@@ -78,10 +78,7 @@ def batch_routes(jobs: BatchJobs, models: ServedModels) -> APIRouter:
                             429: {"description": "the tenant keeps the most jobs it may"}})
     async def create(request: Request, tenant: Tenant, model: Annotated[str, Query()],
                      name: Annotated[str, Query(max_length=200)] = "") -> Any:
-        try:
-            await models.check(model)
-        except NotServed as exc:
-            raise HTTPException(404, str(exc)) from None
+        await _served(models, model)
         length = request.headers.get("content-length")
         try:
             job = await jobs.create(tenant, model, name=name, size_bytes=int(length) if length and length.isdigit()
@@ -125,6 +122,15 @@ def batch_routes(jobs: BatchJobs, models: ServedModels) -> APIRouter:
             raise _refused(exc) from exc
 
     return routes
+
+
+async def _served(models: ServedModels, model: str) -> None:
+    try:
+        await models.check(model)
+    except NotServed as exc:
+        raise HTTPException(404, str(exc)) from None
+    except CatalogueUnread as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
 
 
 async def _status(jobs: BatchJobs, job: str, tenant: str) -> JobStatus:

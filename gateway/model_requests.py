@@ -16,9 +16,10 @@ from fastapi import HTTPException
 
 from common.model_cards import ModelCards
 from gateway.auth import Caller
-from gateway.catalog import NotServed, ServedModels
+from gateway.catalog import CatalogueUnread, NotServed, ServedModels
 from gateway.body import BodyRules, InferBody, invalid, parse_infer_body
 from gateway.client import FleetClient, InferenceTimeout, RequestOptions
+from gateway.errors import FleetUnavailable
 from gateway.known_topics import KnownTopics, topic_exists
 from gateway.metrics import GatewayMetrics
 from gateway.responses import result_json, safe_json
@@ -66,21 +67,23 @@ class ModelRequests:
 
     async def body(self, model: str, raw: bytes, content_type: str | None, caller: Caller) -> InferBody:
         """The request body, checked, with the tenant of the caller's key in it."""
-        try:
-            await self._models.check(model)
-        except NotServed as exc:
-            raise HTTPException(404, str(exc)) from None
+        await self._check(model)
         body = parse_infer_body(raw, content_type, self._rules)
         if body.version is not None:
-            try:
-                await self._models.check(model, body.version)
-            except NotServed as exc:
-                raise HTTPException(404, str(exc)) from None
+            await self._check(model, body.version)
         if caller.tenant is not None:
             if body.tenant not in (None, caller.tenant):
                 raise invalid((("tenant",), "differs from the tenant of your API key; leave it out"))
             body.tenant = caller.tenant  # the body was read for this request alone
         return body
+
+    async def _check(self, model: str, version: str | None = None) -> None:
+        try:
+            await self._models.check(model, version)
+        except NotServed as exc:
+            raise HTTPException(404, str(exc)) from None
+        except CatalogueUnread as exc:
+            raise FleetUnavailable("redis", str(exc)) from None
 
     async def infer(self, model: str, body: InferBody) -> Reply:
         started = time.perf_counter()

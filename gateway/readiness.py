@@ -10,19 +10,18 @@ more however many arrive.
 """
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from common.heartbeats import SERVING_STATES, WorkerInfo, list_workers
-from common.redis_cluster import AnyRedis
+from common.redis_cluster import AnyRedis, text_of
 from gateway.shared_fetch import SharedFetch
 from schemas.names import versions_key
 
 Check = Callable[[], Awaitable[Any]]
 SHADOW = "shadow"  # a shadow consumer's role: it answers no caller
-MAX_MODELS = 10_000  # stable pointers remembered
+MAX_MODELS = 10_000  # stable pointers read at once
 
 
 class Readiness:
@@ -62,43 +61,67 @@ class Served:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Serving:
+    """What the readiness answers are read from: the live workers, and the stable version of each model."""
+
+    workers: list[WorkerInfo]
+    stable: dict[str, str | None]
+
+
 class ModelReadiness:
     """Whether a live worker serves a model's stable version (or a pinned version) now.
 
-    Read from the workers' heartbeats and the stable pointers at most once per `fresh_s`, one read
-    shared by every caller meanwhile: the server's readiness route is open to everyone."""
+    The heartbeats and the stable pointers of every model served are read at most once per `fresh_s`
+    (workers: one index walk; pointers: one pipeline of HGETs, one command per key on a cluster), one
+    read shared by every caller meanwhile: the server's readiness route is open to everyone, and a
+    burst of probes must cost Redis no more than one."""
 
-    def __init__(self, redis: Callable[[], AnyRedis], *, fresh_s: float = 1.0) -> None:
+    def __init__(self, redis: Callable[[], AnyRedis], models: Callable[[], frozenset[str]], *,
+                 fresh_s: float = 1.0) -> None:
         self._redis = redis
+        self._models = models
         self._fresh_s = fresh_s
-        self._workers: SharedFetch[list[WorkerInfo]] = SharedFetch(lambda: list_workers(self._redis()))
-        self._stable: dict[str, tuple[float, str | None]] = {}
+        self._serving: SharedFetch[Serving] = SharedFetch(self._read)
 
     async def of(self, model: str, version: str | None = None) -> Served:
         """Raises what Redis raises when it does not answer."""
-        shared = self._workers
-        workers = shared.value if shared.value is not None and shared.age_s() < self._fresh_s else \
-            await shared.refresh()
-        serving = [w for w in workers if w.model == model and w.role != SHADOW and w.state in SERVING_STATES
-                   and not w.drained]
-        wanted = version if version is not None else await self._stable_of(model)
+        serving = await self._now()
+        if version is None and model not in serving.stable:
+            serving = await self._serving.refresh()  # a model this gateway began to serve a moment ago
+        workers = [w for w in serving.workers if w.model == model and w.role != SHADOW
+                   and w.state in SERVING_STATES and not w.drained]
+        wanted = version if version is not None else serving.stable.get(model)
         if wanted is not None:
-            if any(w.version == wanted for w in serving):
+            if any(w.version == wanted for w in workers):
                 return Served(True)
-            return Served(False, f"no live worker serves version {wanted} of {model}" + (
-                f" (they serve {', '.join(sorted({w.version for w in serving}))})" if serving else ""))
-        if serving:
+            return Served(False, f"no live worker serves version {wanted[:80]} of {model[:80]}" + (
+                f" (they serve {', '.join(sorted({w.version for w in workers}))})" if workers else ""))
+        if workers:
             return Served(True)
-        return Served(False, f"no live worker serves {model}")
+        return Served(False, f"no live worker serves {model[:80]}")
 
-    async def _stable_of(self, model: str) -> str | None:
-        now = time.monotonic()
-        cached = self._stable.get(model)
-        if cached is not None and now - cached[0] < self._fresh_s:
-            return cached[1]
-        raw = await self._redis().hget(versions_key(model), "stable")  # type: ignore[misc]
-        stable = (raw.decode() if isinstance(raw, bytes) else raw) or None
-        if len(self._stable) >= MAX_MODELS:
-            self._stable.clear()
-        self._stable[model] = (now, stable)
-        return stable
+    async def all_of(self, models: frozenset[str]) -> Served:
+        """Ready when every one of `models` is: the first that is not says why."""
+        for model in sorted(models):
+            served = await self.of(model)
+            if not served.ready:
+                return served
+        return Served(True)
+
+    async def _now(self) -> Serving:
+        shared = self._serving
+        if shared.value is not None and shared.age_s() < self._fresh_s:
+            return shared.value
+        return await shared.refresh()
+
+    async def _read(self) -> Serving:
+        redis = self._redis()
+        workers = await list_workers(redis)
+        models = sorted(self._models())[:MAX_MODELS]
+        async with redis.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.hget(versions_key(model), "stable")
+            stables = await pipe.execute()
+        return Serving(workers, {model: text_of(raw) if raw else None
+                                 for model, raw in zip(models, stables, strict=True)})

@@ -196,7 +196,7 @@ class VersionPointers:
                            state=RolloutState.idle, stage=-1)
 
         state = await self._update("set-stable", actor, reason, change)
-        await serve_model(self.redis, self.model, actor, reason)  # setting stable lifts a retirement too
+        await serve_model(self.redis, self.model, version, actor, reason)  # lifts a retirement of either
         return state
 
     async def set_candidate(self, version: str, actor: str, reason: str, *, plan: str | None = None) -> PointerState:

@@ -314,6 +314,10 @@ async def _set_stable(redis: AnyRedis, registry: ModelRegistry, args: Any) -> in
 async def _retire(redis: AnyRedis, registry: ModelRegistry, args: Any) -> int:
     if args.version is not None:
         registry.resolve(args.model, args.version)  # raises ModelNotFound naming what exists
+    elif args.model not in registered_models(registry) and await read_entry(redis, args.model) is None:
+        print(f"fleet models retire: no model {args.model!r} in the registry ({registry.root}) or the catalogue",
+              file=sys.stderr)
+        return Exit.FAILED
     pointers = VersionPointers(redis, args.model)
     state = await pointers.get()
     serving = frozenset(v for v in (state.stable, state.candidate) if v is not None)

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from common.model_cards import CardsUnavailable, CardUnreadable, ModelCards
 from common.redis_cluster import AnyRedis
-from gateway.catalog import NotServed, ServedModels
+from gateway.catalog import CatalogueUnread, NotServed, ServedModels
 from gateway.oip.errors import Failure, OipError
 from gateway.oip.card_tasks import card_task
 from gateway.oip.tasks import TASKS, Task
@@ -40,6 +40,8 @@ class TaskBook:
             await self._models.check(model, version)
         except NotServed as exc:
             raise OipError(Failure.not_found, str(exc)) from None
+        except CatalogueUnread as exc:
+            raise OipError(Failure.unavailable, str(exc), retry_after_s=self._retry_after_s) from None
 
     async def card(self, model: str, version: str | None) -> ModelCard | None:
         """The card of `model` (at `version`); None while no worker has written one."""

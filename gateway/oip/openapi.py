@@ -36,6 +36,21 @@ def _get(summary: str, example: dict[str, Any], *, keyed: bool = True) -> dict[s
     return {"get": operation}
 
 
+READINESS = {"name": "readiness", "in": "query", "required": False, "schema": {"type": "string", "enum": [
+    "serving", "queued"], "default": "serving"}, "description": "serving: a live worker serves the stable version "
+    "(the server: every model it serves); queued: calls are accepted now and wait in Kafka for a worker"}
+NOT_READY = {"description": "not ready; `reason` says why", "content": {"application/json": {"example": {
+    "name": "minilm-embed", "ready": False, "reason": "no live worker serves version minilm-embed-20261206-001 of "
+    "minilm-embed"}}}}
+
+
+def _ready(summary: str, example: dict[str, Any], *, keyed: bool = True) -> dict[str, Any]:
+    route = _get(summary, example, keyed=keyed)
+    route["get"]["parameters"] = [READINESS]
+    route["get"]["responses"]["503"] = NOT_READY
+    return route
+
+
 def _infer() -> dict[str, Any]:
     return {"post": {"summary": "Infer: one request row per element of the BYTES input, answered after all rows "
                                 "(JSON, or Triton's binary tensor extension with Inference-Header-Content-Length)",
@@ -52,14 +67,15 @@ def oip_paths() -> dict[str, Any]:
         "/v2": _get("Server metadata", {"name": "kafka-inference-fleet", "version": "1",
                                         "extensions": ["binary_tensor_data", "classification"]}, keyed=False),
         "/v2/health/live": _get("Server live", {"live": True}, keyed=False),
-        "/v2/health/ready": _get("Server ready (503 while the reply reader cannot read)", {"ready": True},
-                                 keyed=False)}
+        "/v2/health/ready": _ready("Server ready: every model it serves is (503 with the reason when not)",
+                                   {"ready": True}, keyed=False)}
     for base in (MODEL, VERSION):
         paths[base] = _get("Model metadata: inputs and outputs with datatypes and shapes (-1: variable)",
                            {"name": "minilm-embed", "versions": [], "platform": "kafka-inference-fleet",
                             "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
                             "outputs": [{"name": "embedding", "datatype": "FP32", "shape": [-1, -1]}]})
-        paths[base + "/ready"] = _get("Model ready: a worker serves it", {"name": "minilm-embed", "ready": True})
+        paths[base + "/ready"] = _ready("Model ready: a live worker serves its stable version (or this version)",
+                                        {"name": "minilm-embed", "ready": True})
         paths[base + "/infer"] = _infer()
     return paths
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from common.heartbeats import list_workers
+from common.redis_cluster import REDIS_DOWN
 from gateway.auth import Caller
 from gateway.client import FleetClient, RequestOptions
 from gateway.errors import FleetUnavailable, Overloaded
@@ -63,7 +62,7 @@ class OipService:
         self._metrics = metrics
         self._models = models
         self._tasks = TaskBook(models, settings.model_tasks, lambda: fleet.redis, settings.retry_after_s)
-        self._readiness = ModelReadiness(lambda: fleet.redis)
+        self._readiness = ModelReadiness(lambda: fleet.redis, lambda: models.served)
         self.max_text_chars = settings.max_text_chars
         self.limits = Limits(max_elements=settings.oip_max_rows, max_element_bytes=settings.max_text_chars * 4,
                              max_timeout_ms=settings.max_timeout_ms)
@@ -85,18 +84,19 @@ class OipService:
             return Served(False, "replies cannot be read from Redis")
         if readiness is Readiness.queued:
             return Served(True)
-        for model in sorted(self._models.served):
-            served = await self._ready(model, None)
-            if not served.ready:
-                return served
-        return Served(True)
+        if not self._models.read_once and self._models.allow_list is None:
+            return Served(False, "the model catalogue has not been read from Redis yet")
+        try:
+            return await self._readiness.all_of(self._models.served)
+        except REDIS_DOWN as exc:
+            return Served(False, f"redis unavailable: {type(exc).__name__}")
 
     async def versions(self, model: str) -> list[str]:
         """The versions live workers of `model` serve now, from their heartbeats."""
         await self._tasks.check_known(model)
         try:
             workers = await list_workers(self._fleet.redis, model)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             raise OipError(Failure.unavailable, f"redis unavailable: {type(exc).__name__}",
                            retry_after_s=self._settings.retry_after_s) from None
         return sorted({worker.version for worker in workers if worker.state != "failed"})
@@ -112,7 +112,7 @@ class OipService:
     async def _ready(self, model: str, version: str | None) -> Served:
         try:
             return await self._readiness.of(model, version)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             return Served(False, f"redis unavailable: {type(exc).__name__}")
 
     async def model_metadata(self, model: str, version: str | None) -> dict[str, Any]:
