@@ -4,6 +4,8 @@ files meets admission first (fleet/console/admission.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,6 +34,7 @@ from models import RegistryError
 from versions import PointerError
 
 log = logging.getLogger("fleet.console")
+CLOSE_S = 5.0  # the most a stop waits for the dead-letter reader to close
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
                                "frame-ancestors 'none'; form-action 'self'",
@@ -56,7 +59,9 @@ def create_app(settings: ConsoleSettings | None = None, *, sample_lag: bool = Tr
         finally:
             await console.monitor.stop()
             await console.serving.stop()
-            await console.letters.close()
+            with contextlib.suppress(TimeoutError):  # a consumer closing on a dead Kafka must not hold the stop
+                async with asyncio.timeout(CLOSE_S):
+                    await console.letters.close()
             await redis.aclose()
 
     app = FastAPI(title="fleet console", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

@@ -5,12 +5,12 @@ for Kafka, so a page loads in milliseconds and a Kafka outage costs the lag sect
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
 
 from common.clients import new_admin
+from common.process import cancel_within
 from fleet.commands.lag import GroupLag, collect_lag
 from fleet.console.assignments import Assignments, describe_assignments
 from fleet.console.settings import ConsoleSettings
@@ -18,6 +18,7 @@ from fleet.console.settings import ConsoleSettings
 log = logging.getLogger(__name__)
 
 SAMPLE_TIMEOUT_S = 15.0
+STOP_S = 5.0  # the most a stop waits for the sampling task to end
 
 
 class LagMonitor:
@@ -35,9 +36,9 @@ class LagMonitor:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Bounded: a sample blocked on a dead Kafka may swallow one cancellation (aiokafka's start-up
+            # retries inside asyncio.wait_for), and a console must still stop within its grace.
+            await cancel_within((self._task,), STOP_S)
 
     async def _run(self) -> None:
         while True:

@@ -7,7 +7,6 @@ model, so memory stays bounded whatever runs for how long."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -16,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.heartbeats import WorkerInfo, list_workers
+from common.process import cancel_within
 from common.redis_cluster import AnyRedis
 from fleet.console.settings import ConsoleSettings
 from fleet.console.throughput import ThroughputMemory, VersionFigures
@@ -23,6 +23,7 @@ from fleet.console.throughput import ThroughputMemory, VersionFigures
 log = logging.getLogger("fleet.console")
 MAX_MODELS = 1000  # models come and go; beyond this, only the ones still sampled are kept
 SAMPLE_TIMEOUT_S = 15.0
+STOP_S = 5.0  # the most a stop waits for the sampling task to end
 COLUMNS = ("t", "per_s", "p99_ms", "batch", "max_batch")
 
 
@@ -81,9 +82,9 @@ class ServingHistory:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Bounded: a sample blocked on a dead Kafka may swallow one cancellation (aiokafka's start-up
+            # retries inside asyncio.wait_for), and a console must still stop within its grace.
+            await cancel_within((self._task,), STOP_S)
 
     async def _run(self, redis: AnyRedis, memory: ThroughputMemory) -> None:
         while True:
