@@ -34,6 +34,7 @@ class HealthState(StrEnum):
 
 
 PRIMARY = "primary"  # the value of workers.settings.Role.primary
+SHADOW = "shadow"  # a shadow consumer's role (Role.shadow): it answers no caller
 SERVING_STATES = frozenset({HealthState.healthy.value, HealthState.degraded.value})
 CACHE_FIELD_PREFIX = "cache_"  # heartbeat fields `cache_<tier>_hits`, `cache_<tier>_misses`
 INDEX_GRACE_MS = 60_000  # index entries this long past their expiry are pruned
@@ -73,6 +74,11 @@ class WorkerInfo:
     batch: int = 0  # last batch's records; 0 in a heartbeat written before batch sizes were reported
     max_batch: int = 0
     cache: tuple[tuple[str, int], ...] = ()  # from the `cache_*` fields; empty in older heartbeats
+
+    @property
+    def answering(self) -> bool:
+        """A primary or fallback (not a shadow) that is healthy or degraded and not drained: it answers callers."""
+        return self.role != SHADOW and self.state in SERVING_STATES and not self.drained
 
     @property
     def serving_primary(self) -> bool:

@@ -25,14 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.catalog import CatalogEntry, GatewayBeat, read_catalog, remove_gateway_beat, write_gateway_beat
-from common.heartbeats import SERVING_STATES, list_workers
+from common.heartbeats import list_workers
 from common.redis_cluster import REDIS_DOWN, AnyRedis
 from gateway.shared_fetch import SharedFetch
 
 log = logging.getLogger(__name__)
 
 MAX_LISTED = 200  # models named in a 404's message
-SHADOW = "shadow"  # a shadow consumer's role: it serves no caller
 
 
 class NotServed(LookupError):
@@ -110,7 +109,7 @@ class ServedModels:
             return Snapshot(self.allow_list - retired, entries)
         listed = {model for model, entry in entries.items() if not entry.retired}
         live = {worker.model for worker in await list_workers(redis) if "." not in worker.model
-                and worker.role != SHADOW and worker.state in SERVING_STATES and not worker.drained}
+                and worker.answering}
         return Snapshot(frozenset((listed | live) - retired), entries)
 
     async def follow(self) -> None:

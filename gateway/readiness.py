@@ -14,13 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.heartbeats import SERVING_STATES, WorkerInfo, list_workers
+from common.heartbeats import WorkerInfo, list_workers
 from common.redis_cluster import AnyRedis, text_of
 from gateway.shared_fetch import SharedFetch
 from schemas.names import versions_key
 
 Check = Callable[[], Awaitable[Any]]
-SHADOW = "shadow"  # a shadow consumer's role: it answers no caller
 MAX_MODELS = 10_000  # stable pointers read at once
 
 
@@ -89,8 +88,7 @@ class ModelReadiness:
         serving = await self._now()
         if version is None and model not in serving.stable:
             serving = await self._serving.refresh()  # a model this gateway began to serve a moment ago
-        workers = [w for w in serving.workers if w.model == model and w.role != SHADOW
-                   and w.state in SERVING_STATES and not w.drained]
+        workers = [w for w in serving.workers if w.model == model and w.answering]
         wanted = version if version is not None else serving.stable.get(model)
         if wanted is not None:
             if any(w.version == wanted for w in workers):

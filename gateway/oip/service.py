@@ -80,10 +80,8 @@ class OipService:
     async def server_ready(self, readiness: Readiness = Readiness.serving) -> Served:
         """`serving` (what the protocol's clients expect, as Triton's strict readiness): calls are
         accepted and every model this gateway serves is ready; `queued`: calls are accepted."""
-        if not self.accepting():
-            return Served(False, "replies cannot be read from Redis")
-        if readiness is Readiness.queued:
-            return Served(True)
+        if readiness is Readiness.queued or not self.accepting():
+            return self._queued()
         if not self._models.read_once and self._models.allow_list is None:
             return Served(False, "the model catalogue has not been read from Redis yet")
         try:
@@ -106,8 +104,11 @@ class OipService:
         accepts and queues the model's calls (they wait for a worker)."""
         await self._tasks.check_known(model, version)
         if readiness is Readiness.queued:
-            return Served(True) if self.accepting() else Served(False, "replies cannot be read from Redis")
+            return self._queued()
         return await self._ready(model, version)
+
+    def _queued(self) -> Served:
+        return Served(True) if self.accepting() else Served(False, "replies cannot be read from Redis")
 
     async def _ready(self, model: str, version: str | None) -> Served:
         try:
