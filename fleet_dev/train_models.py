@@ -153,7 +153,7 @@ def _gates(registry: ModelRegistry, versions: dict[str, ModelManifest], candidat
     pinned = [(pinned, pinned.pairs()) for pinned in PINNED_SETS]
     texts = [text for _, pairs in pinned for pair in pairs for text in (pair.a, pair.b)]
     progress.step(f"embedding {len(set(texts))} texts of the pinned sets; measuring score noise")
-    _, vectors = embed_all(texts, registry.root)
+    vectors = embed_all(texts, registry.root).vectors
     noise = Noise(logit=max(MIN_LOGIT_NOISE, _logit_noise(registry, verifier, pinned, progress)),
                   cosine=max(MIN_COSINE_NOISE, _cosine_noise(registry, texts, vectors)))
     standings = [standing(pinned_set, pairs, vectors, verifier.score([(p.b, p.a) for p in pairs]).scores,

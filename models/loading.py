@@ -20,6 +20,7 @@ from typing import Literal, get_args
 from models.backends.base import Backend
 from models.backends.options import Device, GraphOptimization, RuntimeOptions
 from models.backends.sim import SimBackend, SimDevice
+from models.backends.tokenized import TokenizedBackend
 from models.registry import ModelManifest, ModelRegistry, Precision
 
 # sim: a simulated device for benchmarks (models/backends/sim.py), never a serving mode.
@@ -64,13 +65,17 @@ class ModelLoader:
         """A named version of the model, whatever its precision (hot swap, rollback, canary, shadow)."""
         return self._open(self.registry.resolve(self.spec.model, version), self.spec.backend, self.spec.options)
 
-    def load_encoder(self, model: str, precision: Precision) -> Backend:
+    def load_encoder(self, model: str, precision: Precision) -> TokenizedBackend:
         """The semantic cache's encoder: the newest `precision` version of `model`, on ONNX Runtime, on
-        the worker's device, with one thread that never spins."""
+        the worker's device, with one thread that never spins. It must embed text."""
         # The encoder and the served model are two sessions in one process: idle threads busy-waiting
         # for the next run would starve the other session.
         options = dataclasses.replace(self.spec.options, spinning=False, intra_op_threads=1)
-        return self._open(self.registry.resolve(model, None, precision), "onnxruntime", options)
+        encoder = self._open(self.registry.resolve(model, None, precision), "onnxruntime", options)
+        if not isinstance(encoder, TokenizedBackend):
+            raise ValueError(f"{model} is a {encoder.manifest.task} model: the semantic cache's encoder must "
+                             "embed text (FLEET_SEMANTIC_ENCODER_MODEL)")
+        return encoder
 
     def resident_size(self, backend: Backend) -> int:
         """Bytes a resident version takes, estimated by its artifacts on disk (weights dominate)."""

@@ -124,6 +124,10 @@ class WorkerSettings(ModelMemberSettings):
                                           "to while verified hits stay within half the false-hit budget")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
+    semantic_max_unknown_share: float = Field(0.0, ge=0, le=1, description="Most of a text's tokens that may be "
+                                              "unknown to the encoder (\"[UNK]\") for it to be looked up or cached: "
+                                              "an unknown token hides a word, so two texts that differ only there "
+                                              "look alike (MiniLM reads most Chinese as [UNK])")
 
     exactly_once: str = Field("", description="Lanes whose results-topic records, dead letters and fallback "
                               "forwards are written in Kafka transactions together with the offsets they answer, "

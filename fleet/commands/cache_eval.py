@@ -67,14 +67,19 @@ def load_pairs(path: Path = PAIRS_PATH) -> list[Pair]:
 
 
 def served(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool,
-           verdicts: npt.NDArray[np.float32] | None = None, verifier_threshold: float = 0.0) -> list[bool]:
+           verdicts: npt.NDArray[np.float32] | None = None, verifier_threshold: float = 0.0,
+           unreadable: frozenset[str] = frozenset()) -> list[bool]:
     """Per pair: whether b is answered from a cache holding only a's answer; with `verdicts` (the
-    verifier's P(same) of (b, a) per pair), only when the verifier accepts it too."""
+    verifier's P(same) of (b, a) per pair), only when the verifier accepts it too. A pair with a
+    text in `unreadable` (too many tokens unknown to the encoder) is never served, as in a worker."""
     dim = len(next(iter(vectors.values())))
     cache = SemanticCache(dim, threshold=threshold, capacity=16, verify_fraction=0.0,
                           guard=meaning_conflict if guards else None)
     out: list[bool] = []
     for i, pair in enumerate(pairs):
+        if pair.a in unreadable or pair.b in unreadable:
+            out.append(False)
+            continue
         cache.clear()
         cache.add([pair.a], vectors[pair.a][None, :], [b"a"])
         found = bool(cache.candidates([pair.b], vectors[pair.b][None, :])[0])
@@ -83,8 +88,9 @@ def served(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool,
 
 
 def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool,
-             verdicts: npt.NDArray[np.float32] | None = None, verifier_threshold: float = 0.0) -> Row:
-    hits = served(pairs, vectors, threshold, guards, verdicts, verifier_threshold)
+             verdicts: npt.NDArray[np.float32] | None = None, verifier_threshold: float = 0.0,
+             unreadable: frozenset[str] = frozenset()) -> Row:
+    hits = served(pairs, vectors, threshold, guards, verdicts, verifier_threshold, unreadable)
 
     def rate(chosen: list[bool]) -> float:
         return sum(chosen) / len(chosen) if chosen else 0.0
@@ -96,14 +102,26 @@ def evaluate(pairs: list[Pair], vectors: Vectors, threshold: float, guards: bool
                {kind: rate([hit for hit, pair in zip(hits, pairs) if pair.kind == kind]) for kind in kinds})
 
 
-def embed_all(texts: list[str], registry_dir: Path | None = None) -> tuple[str, Vectors]:
+@dataclass(frozen=True)
+class Embedded:
+    encoder: str  # the encoder's version id
+    vectors: Vectors
+    unreadable: frozenset[str]  # texts a worker would neither look up nor cache
+
+
+def embed_all(texts: list[str], registry_dir: Path | None = None) -> Embedded:
+    """Every text through the semantic cache's encoder, as a worker's settings name it."""
     from models import ModelLoader, infer_in_chunks
 
     where = {} if registry_dir is None else {"model_dir": registry_dir}
-    backend = ModelLoader(WorkerSettings(model="minilm-embed", precision="int8", warmup=False, **where).runtime()).load()
+    settings = WorkerSettings(model="minilm-embed", precision="int8", warmup=False, **where)
+    encoder = ModelLoader(settings.runtime()).load_encoder(settings.semantic_encoder_model,
+                                                           settings.semantic_encoder_precision)
     unique = list(dict.fromkeys(texts))
-    rows = infer_in_chunks(backend, unique)
-    return backend.manifest.id, dict(zip(unique, rows))
+    rows = infer_in_chunks(encoder, unique)
+    shares = encoder.unknown_shares(unique)
+    unreadable = frozenset(text for text, share in zip(unique, shares) if share > settings.semantic_max_unknown_share)
+    return Embedded(encoder.manifest.id, dict(zip(unique, rows)), unreadable)
 
 
 def open_verifier() -> CacheVerifier | None:
@@ -130,24 +148,27 @@ class Report:
     shipped: Row
     rows: list[Row]
     served_traps: list[Pair]
+    unreadable_pairs: int = 0  # pairs with a text the encoder cannot read: never served
 
 
 def measure(pairs: list[Pair]) -> Report:
-    version, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
+    embedded = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
+    vectors, unreadable = embedded.vectors, embedded.unreadable
     verifier = open_verifier()
     verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores if verifier is not None else None
     v_threshold = verifier.threshold if verifier is not None else 0.0
-    rows = [evaluate(pairs, vectors, t, guards) for t in THRESHOLDS for guards in (True, False)]
+    rows = [evaluate(pairs, vectors, t, guards, unreadable=unreadable) for t in THRESHOLDS for guards in (True, False)]
     if verdicts is not None:
-        rows += [evaluate(pairs, vectors, t, True, verdicts, v_threshold) for t in THRESHOLDS]
-        shipped = evaluate(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold)
-        hits = served(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold)
+        rows += [evaluate(pairs, vectors, t, True, verdicts, v_threshold, unreadable) for t in THRESHOLDS]
+        shipped = evaluate(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold, unreadable)
+        hits = served(pairs, vectors, SHIPPED_RECALL_THRESHOLD, True, verdicts, v_threshold, unreadable)
     else:
-        shipped = evaluate(pairs, vectors, SEMANTIC_THRESHOLD, True)
-        hits = served(pairs, vectors, SEMANTIC_THRESHOLD, True)
+        shipped = evaluate(pairs, vectors, SEMANTIC_THRESHOLD, True, unreadable=unreadable)
+        hits = served(pairs, vectors, SEMANTIC_THRESHOLD, True, unreadable=unreadable)
     wrong = [pair for pair, hit in zip(pairs, hits) if hit and not pair.should_hit]
-    return Report(version, verifier.manifest.id if verifier is not None else None,
-                  verifier.threshold if verifier is not None else None, shipped, rows, wrong)
+    unread = sum(pair.a in unreadable or pair.b in unreadable for pair in pairs)
+    return Report(embedded.encoder, verifier.manifest.id if verifier is not None else None,
+                  verifier.threshold if verifier is not None else None, shipped, rows, wrong, unread)
 
 
 def print_report(report: Report, pairs: list[Pair]) -> None:
@@ -157,6 +178,9 @@ def print_report(report: Report, pairs: list[Pair]) -> None:
     point = (f"cosine >= {report.shipped.threshold:.2f}, guards on, verifier P(same) >= {report.verifier_threshold:.4f}"
              if report.verifier is not None else f"cosine >= {report.shipped.threshold:.2f}, guards on, no verifier")
     print(f"operating point: {point}")
+    if report.unreadable_pairs:
+        print(f"{report.unreadable_pairs} of {len(pairs)} pairs have a text {report.encoder} cannot read (unknown "
+              "tokens): never served, at any threshold (FLEET_SEMANTIC_ENCODER_MODEL picks an encoder that reads it)")
     print("served = share of pairs whose b is answered with a's cached answer (trap columns: lower is better)\n")
     print(table([report.shipped, *report.rows], {0: "<- shipped operating point"}))
     verdict = "meets" if report.shipped.meets_targets else "MISSES"
@@ -183,6 +207,7 @@ def main(argv: list[str]) -> int:
     report = measure(pairs)
     if args.json:
         print(json.dumps({"encoder": report.encoder, "verifier": report.verifier,
+                          "unreadable_pairs": report.unreadable_pairs,
                           "verifier_threshold": report.verifier_threshold,
                           "shipped": asdict(report.shipped) | {"meets_targets": report.shipped.meets_targets},
                           "traps_served_at_shipped": [asdict(p) for p in report.served_traps],

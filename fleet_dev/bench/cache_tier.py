@@ -6,7 +6,7 @@ the load of a shared machine falls on both alike. Per model: the median req/s of
 with its spread over the rounds, the on/off ratio of each round (median and spread), who
 answered in the median "on" run, how often lookups ran (the tier's cost model stops them
 where they do not pay), the verifier's cost per lookup and per candidate, and what a hit
-saves against what a lookup costs, as the tier itself measured them (workers/cache/semantic_tier.py, `LookupCost`).
+saves against what a lookup costs, as the tier itself measured them (workers/cache/lookup_cost.py, `LookupCost`).
 
 Pure parts only: the runs come in as the dicts `fleet_dev.bench.cache.cache_run` returns.
 """

@@ -49,6 +49,7 @@ class BatchTokenizer:
         self._plain_ascii = _without_bert_normalizer(self._tokenizer)
         self._memo = WordMemo.of(self._plain_ascii, max_length) if self._plain_ascii is not None else None
         self._added = _added_tokens(self._tokenizer)
+        self._unknown_id = _unknown_id(self._tokenizer)
         self._pad_id = pad_id
         # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
         # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
@@ -93,6 +94,16 @@ class BatchTokenizer:
         done = [row for row in rows if row is not None]
         return [ids for ids, _ in done], [cut for _, cut in done]
 
+    def unknown_shares(self, texts: Sequence[str]) -> list[float]:
+        """Per text, the share of its tokens that are the unknown token: the words the model cannot
+        see. 0.0 for an empty text and for a vocabulary with no unknown token (byte-level BPE)."""
+        if self._unknown_id is None:
+            return [0.0] * len(texts)
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [encoding.ids.count(self._unknown_id) / len(encoding.ids) if encoding.ids else 0.0
+                for encoding in encodings]
+
     @staticmethod
     def _fill(rows: list[Row | None], at: list[int], encodings: list[Encoding]) -> None:
         for i, encoding in zip(at, encodings, strict=True):
@@ -121,6 +132,15 @@ def _added_tokens(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     their case was; None when it has none."""
     contents = sorted({token.content.lower() for token in tokenizer.get_added_tokens_decoder().values()})
     return re.compile("|".join(map(re.escape, contents))) if contents else None
+
+
+def _unknown_id(tokenizer: Tokenizer) -> int | None:
+    """The id of the vocabulary's unknown token ("[UNK]", "<unk>"), or None where it has none."""
+    model = json.loads(tokenizer.to_str())["model"]
+    if isinstance(model.get("unk_id"), int):  # Unigram (SentencePiece)
+        return int(model["unk_id"])
+    token = model.get("unk_token")
+    return tokenizer.token_to_id(token) if isinstance(token, str) else None
 
 
 def _without_bert_normalizer(tokenizer: Tokenizer) -> Tokenizer | None:
@@ -159,6 +179,9 @@ class TokenizedBackend:
 
     def encode(self, texts: Sequence[str]) -> Encoded:
         return self._tokenizer.encode(texts, self.length_bucket_size)
+
+    def unknown_shares(self, texts: Sequence[str]) -> list[float]:
+        return self._tokenizer.unknown_shares(texts)
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         raise NotImplementedError

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaProducer
 from common.redis_cluster import AnyRedis
 from schemas.names import cache_generation_key
 from schemas.wire import CacheTier, Result, now_ms
-from models.backends.base import Backend
+from models.backends.tokenized import TokenizedBackend
 from models.tasks import task_named
 from workers.cache.exact import ExactCache, unpack_outputs
 from workers.cache.keys import input_digest
@@ -48,7 +48,7 @@ def cached_result(group: VersionGroup, request_id: str, outputs: dict[str, Any],
 
 class BatchCaches:
     def __init__(self, settings: WorkerSettings, *, redis: AnyRedis, producer: AIOKafkaProducer, metrics: CacheMetrics,
-                 load_encoder: Callable[[], Backend], task: str) -> None:
+                 load_encoder: Callable[[], TokenizedBackend], task: str) -> None:
         """`task`: what the served model does; only a task that says a near answer is right (a
         classifier's label) gets a semantic cache."""
         self._model = settings.model

@@ -48,6 +48,9 @@ class CacheMetrics:
                                                   "semantic threshold: raised (false hits over budget) or lowered "
                                                   "(well within it, down to the floor)", ["model", "version", "direction"],
                                                   registry=reg)
+        self.semantic_unreadable = Counter(f"{PREFIX}_semantic_unreadable", "Texts the semantic tier neither looked "
+                                           "up nor cached: too many of their tokens are unknown to its encoder",
+                                           ["model"], registry=reg)
         self.verifier_candidates = Counter(f"{PREFIX}_verifier_candidates", "Semantic candidates the verifier "
                                            "judged, by whether it accepted one for its text", ["model", "accepted"],
                                            registry=reg)

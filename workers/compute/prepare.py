@@ -44,6 +44,7 @@ class VersionGroup:
     digests: list[str] = field(default_factory=list)  # exact-cache key per ready row, when the cache is on
     followers: list[tuple[int, Ready]] = field(default_factory=list)  # same input as ready[i], answered with it
     vectors: npt.NDArray[np.float32] | None = None  # semantic-cache encoder rows of `ready`
+    unreadable: frozenset[int] = frozenset()  # ready rows the semantic cache's encoder cannot read
     verifying: dict[int, Any] = field(default_factory=dict)  # ready row -> semantic hit the model double-checks
     encoded: Encoded | None = None
 

@@ -41,7 +41,7 @@ def test_each_pinned_set_meets_its_target_at_the_shipped_operating_point(verifie
     from fleet.commands.cache_eval import embed_all
 
     pairs = pinned.pairs()
-    _, vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
+    vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)]).vectors
     verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores
     result = standing(pinned, pairs, vectors, verdicts, verifier.threshold, Noise(logit=0.0, cosine=0.0))
     assert result.meets_target, result

@@ -136,3 +136,15 @@ def fresh_tokenizer() -> BatchTokenizer:
     manifest = resolve_or_skip(registry, "fp32")
     return BatchTokenizer(registry.path_of(manifest, manifest.tokenizer_file), max_length=MAX_LENGTH,
                           input_names=[spec.name for spec in manifest.inputs])
+
+
+def test_unknown_shares_count_the_words_the_vocabulary_cannot_read(tokenizers: tuple[BatchTokenizer, Tokenizer]) -> None:
+    ours, reference = tokenizers
+    english, weather, refund, mixed, empty = ours.unknown_shares(
+        ["How do I reset my password?", "今天天气怎么样", "如何退款", "refund 如何退款 order 123", ""])
+    assert english == 0.0 and empty == 0.0
+    unk = reference.token_to_id("[UNK]")
+    ids = reference.encode("如何退款", add_special_tokens=False).ids
+    assert refund == ids.count(unk) / len(ids) > 0.5, "MiniLM reads most Chinese characters as [UNK]"
+    assert weather > 0.5
+    assert 0.0 < mixed < refund

@@ -172,6 +172,29 @@ async def test_the_verifier_refuses_a_negation_trap_the_guards_pass(client: Flee
     assert judged >= 1, "the trap reached the verifier: cosine and guards alone would have served it"
 
 
+# MiniLM reads both as mostly [UNK]: "[UNK] 天 天 [UNK] [UNK] [UNK] [UNK]" and "[UNK] [UNK] 天 [UNK] ...".
+CHINESE_SEED, CHINESE_TRAP = "今天可以退款吗", "今天不可以退款吗"
+
+
+async def test_a_chinese_negation_trap_is_refused_when_the_encoder_cannot_read_chinese(client: FleetClient,
+                                                                                       cleared: None) -> None:
+    # Neither the verifier nor a cosine floor: on unknown tokens alone, the two texts look alike.
+    settings = faq_settings(semantic_verifier=False, semantic_threshold=0.55)
+    async with Serving(settings) as worker:
+        seeded = await client.infer(FAQ, CHINESE_SEED, timeout=30)
+        trap = await client.infer(FAQ, CHINESE_TRAP, timeout=30)
+        english = await client.infer(FAQ, SEEDS[0], timeout=30)
+        paraphrase = await client.infer(FAQ, PARAPHRASE, timeout=30)
+        unreadable = worker.metrics.cache.semantic_unreadable.labels(model=FAQ)._value.get()
+        assert worker.caches.semantic is not None
+        version = ModelRegistry(settings.registry_dir).resolve(FAQ, precision=settings.precision).id
+        cache = worker.caches.semantic.cache_of(version)
+    assert seeded.cache is CacheTier.miss and trap.cache is CacheTier.miss
+    assert unreadable == 2, "both Chinese texts were counted as unreadable"
+    assert cache is not None and cache.entries == 1, "only the English text was cached"
+    assert english.cache is CacheTier.miss and paraphrase.cache is CacheTier.semantic, "English still hits"
+
+
 async def test_an_embedding_model_never_gets_a_semantic_cache(worker_settings: WorkerSettings,
                                                               backend: Backend) -> None:
     async with Worker(worker_settings.model_copy(update={"semantic_cache": True}), backend=backend) as worker:

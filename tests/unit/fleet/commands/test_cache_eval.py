@@ -72,3 +72,11 @@ def test_several_pairs_files_are_measured_as_one_set(tmp_path: Path, capsys: pyt
     shipped = json.loads(capsys.readouterr().out)["shipped"]
     assert set(shipped["by_kind"]) == {"paraphrase", "swapped_roles", "my own kind", "opposite words"}
     assert shipped["should_hit"] in (0.0, 0.5, 1.0) and shipped["traps"] in (0.0, 1 / 3, 2 / 3, 1.0)
+
+
+def test_a_pair_with_a_text_the_encoder_cannot_read_is_never_served(tmp_path: Path) -> None:
+    pairs = load_pairs(write_pairs(tmp_path))
+    vectors = vectors_for([(p.a, p.b, 0.999) for p in pairs])
+    row = evaluate(pairs, vectors, 0.90, guards=False, unreadable=frozenset({pairs[1].b}))
+    assert row.should_hit == 1.0
+    assert row.by_kind["swapped_roles"] == 0.0 and row.by_kind["my own kind"] == 1.0

@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from workers.cache.semantic import Candidate, SemanticCache, SemanticHit
-from workers.cache.semantic_tier import LookupCost
+from workers.cache.lookup_cost import LookupCost
 from workers.cache.semantic_tier import candidate_pairs, choose
 
 DIM = 16

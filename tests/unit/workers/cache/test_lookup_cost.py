@@ -1,4 +1,4 @@
-from workers.cache.semantic_tier import LookupCost
+from workers.cache.lookup_cost import LookupCost
 
 
 def test_a_model_barely_dearer_than_the_encoder_stops_lookups_at_once() -> None:
