@@ -123,6 +123,11 @@ def exact_cache_pattern(model: str, version: str | None = None) -> str:
     return f"{TOPIC_PREFIX}:cache:{model}:{version or '*'}:*"
 
 
+def semantic_bound_key(model: str, version: str, scorer: str) -> str:
+    """Redis hash of the semantic tier's learned-bound label counts for one version and scorer."""
+    return f"{TOPIC_PREFIX}:semantic-bound:{model}:{version}:{scorer}"
+
+
 def cache_generation_key(model: str) -> str:
     """Redis counter bumped by `fleet cache clear`: workers drop their in-process tiers when it changes."""
     return f"{TOPIC_PREFIX}:cachegen:{model}"

@@ -124,6 +124,11 @@ class WorkerSettings(ModelMemberSettings):
                                           "to while verified hits stay within half the false-hit budget")
     semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
+    semantic_max_wrong_rate: float | None = Field(None, gt=0, lt=1, description="δ of the learned bound: serve a "
+                                                  "semantic candidate only at scores where recomputed answers show "
+                                                  "at most this share wrong, with semantic_bound_confidence; a cold "
+                                                  "cache serves nothing until they do. None: off")
+    semantic_bound_confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of the learned bound")
     semantic_max_unknown_share: float = Field(0.0, ge=0, le=1, description="Most of a text's tokens that may be "
                                               "unknown to the encoder (\"[UNK]\") for it to be looked up or cached: "
                                               "an unknown token hides a word, so two texts that differ only there "

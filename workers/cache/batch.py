@@ -65,7 +65,8 @@ class BatchCaches:
         elif settings.semantic_cache:
             from workers.cache.semantic_tier import SemanticTier  # faiss loads only where a semantic cache is on
 
-            self.semantic = SemanticTier(settings, producer=producer, metrics=metrics, load_encoder=load_encoder)
+            self.semantic = SemanticTier(settings, producer=producer, metrics=metrics, load_encoder=load_encoder,
+                                         redis=redis)
         self._refreshing: asyncio.Task[None] | None = None
 
     @property

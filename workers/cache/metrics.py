@@ -51,6 +51,14 @@ class CacheMetrics:
         self.semantic_unreadable = Counter(f"{PREFIX}_semantic_unreadable", "Texts the semantic tier neither looked "
                                            "up nor cached: too many of their tokens are unknown to its encoder",
                                            ["model"], registry=reg)
+        self.semantic_labels = Counter(f"{PREFIX}_semantic_labels", "Semantic candidates whose cached answer was "
+                                       "compared with the model's (free on a miss, sampled on a hit), by whether it "
+                                       "was right", ["model", "right"], registry=reg)
+        self.semantic_bound_threshold = Gauge(f"{PREFIX}_semantic_bound_threshold", "Least score the learned bound "
+                                              "serves at (NaN while the labels allow none)", ["model", "version"],
+                                              registry=reg)
+        self.semantic_bound_labels = Gauge(f"{PREFIX}_semantic_bound_labels", "Labels the learned bound holds, "
+                                           "shared by the version's workers", ["model", "version"], registry=reg)
         self.verifier_candidates = Counter(f"{PREFIX}_verifier_candidates", "Semantic candidates the verifier "
                                            "judged, by whether it accepted one for its text", ["model", "accepted"],
                                            registry=reg)

@@ -17,13 +17,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from aiokafka import AIOKafkaProducer
 
-from schemas.names import semantic_cache_topic
+from common.redis_cluster import AnyRedis
+from schemas.names import semantic_bound_key, semantic_cache_topic
 from schemas.wire import CacheTier, now_ms
 from models.backends.tokenized import TokenizedBackend
 from models.registry import ModelRegistry, RegistryError
@@ -31,6 +33,7 @@ from workers.cache.exact import unpack_outputs
 from workers.cache.metrics import CacheMetrics
 from workers.cache.semantic import Candidate, SemanticCache, SemanticHit, outputs_agree
 from workers.cache.keys import canonical_text
+from workers.cache.learned_bound import LearnedBound, SharedBound
 from workers.cache.lookup_cost import LookupCost
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.delivery.sink import Outcome
@@ -71,12 +74,26 @@ def choose(candidates: Sequence[Sequence[Candidate]], scores: npt.NDArray[np.flo
     return chosen
 
 
+@dataclass
+class Found:
+    """What one lookup found for a version group's readable texts."""
+
+    hits: list[SemanticHit | None]
+    probes: dict[int, tuple[float, bytes]] = field(default_factory=dict)  # row -> best unserved (score, outputs)
+    judged: int = 0  # candidates the verifier scored
+    verifier_ms: float = 0.0
+
+
 # --- the tier ---
 
 class SemanticTier:
     def __init__(self, settings: WorkerSettings, *, producer: AIOKafkaProducer, metrics: CacheMetrics,
-                 load_encoder: Callable[[], TokenizedBackend]) -> None:
+                 load_encoder: Callable[[], TokenizedBackend], redis: AnyRedis | None = None) -> None:
+        """`redis`: where the learned bound's counts are shared (`semantic_max_wrong_rate`); without
+        it the bound is off."""
         self._settings = settings
+        self._redis = redis
+        self._bounds: dict[str, SharedBound] = {}
         self._model = settings.model
         self._producer = producer
         self._metrics = metrics
@@ -101,6 +118,10 @@ class SemanticTier:
         if self._verifier_broken:
             return
         caches = [await self._cache_of(group.who.version) for group in groups]
+        for group in groups:
+            bound = self._bounds.get(group.who.version)
+            if bound is not None:
+                await bound.sync()
         await asyncio.to_thread(self._lookup_groups, prepared, groups, caches)
 
     def _lookup_groups(self, prepared: Prepared, groups: list[VersionGroup], caches: list[SemanticCache]) -> None:
@@ -117,9 +138,11 @@ class SemanticTier:
             candidates, verifier_ms = 0, 0.0
             if readable:
                 texts = [canonical_text(group.ready[row].text) for row in readable]
-                hits, candidates, verifier_ms = self._find(cache, texts, group.vectors[readable])
-                for row, hit in zip(readable, hits, strict=True):
+                looked = self._find(cache, texts, group.vectors[readable], self._bounds.get(group.who.version))
+                for row, hit in zip(readable, looked.hits, strict=True):
                     found[row] = hit
+                group.probes = {readable[at]: probe for at, probe in looked.probes.items()}
+                candidates, verifier_ms = looked.judged, looked.verifier_ms
             served: dict[int, SemanticHit] = {}
             for row, hit in enumerate(found):
                 if hit is None:
@@ -173,21 +196,35 @@ class SemanticTier:
                      self._settings.semantic_recall_threshold, verifier.manifest.id, verifier.threshold)
         return verifier
 
-    def _find(self, cache: SemanticCache, texts: list[str], vectors: Any) -> tuple[list[SemanticHit | None], int, float]:
-        """Hits per text, how many candidates the verifier judged and its ms (0 and 0.0 without one)."""
-        if self.verifier is None:
-            return cache.lookup(texts, vectors), 0, 0.0
+    def _find(self, cache: SemanticCache, texts: list[str], vectors: Any, bound: SharedBound | None) -> Found:
+        """Hits per text; with a learned bound, also the best candidate of each text not served (its
+        label comes free when the model computes the text)."""
+        if self.verifier is None and bound is None:
+            return Found(cache.lookup(texts, vectors))
         candidates = cache.candidates(texts, vectors)
-        pairs = candidate_pairs(texts, candidates)
-        if not pairs:
-            return cache.settle([None] * len(texts)), 0, 0.0
-        verdicts = self.verifier.score(pairs)
-        chosen = choose(candidates, verdicts.scores, self.verifier.threshold)
-        self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
-        accepted = sum(pick is not None for pick in chosen)
-        self._metrics.verifier_candidates.labels(model=self._model, accepted="true").inc(accepted)
-        self._metrics.verifier_candidates.labels(model=self._model, accepted="false").inc(len(pairs) - accepted)
-        return cache.settle(chosen), len(pairs), verdicts.elapsed_ms
+        judged, verifier_ms = 0, 0.0
+        if self.verifier is None:
+            best = [(found[0], found[0].similarity) if found else None for found in candidates]
+        else:
+            pairs = candidate_pairs(texts, candidates)
+            if not pairs:
+                return Found(cache.settle([None] * len(texts)))
+            verdicts = self.verifier.score(pairs)
+            best = choose(candidates, verdicts.scores, 0.0 if bound is not None else self.verifier.threshold)
+            judged, verifier_ms = len(pairs), verdicts.elapsed_ms
+            self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
+        if bound is None:
+            chosen = best
+        else:
+            chosen = [pick if pick is not None and bound.threshold is not None and pick[1] >= bound.threshold else None
+                      for pick in best]
+        if self.verifier is not None:
+            accepted = sum(pick is not None for pick in chosen)
+            self._metrics.verifier_candidates.labels(model=self._model, accepted="true").inc(accepted)
+            self._metrics.verifier_candidates.labels(model=self._model, accepted="false").inc(judged - accepted)
+        probes = {row: (pick[1], pick[0].outputs) for row, (pick, served) in enumerate(zip(best, chosen, strict=True))
+                  if bound is not None and pick is not None and served is None}
+        return Found(cache.settle(chosen), probes, judged, verifier_ms)
 
     async def remember(self, computed: Computed) -> None:
         """Add what the model computed; score the sampled hits it computed to check them."""
@@ -201,12 +238,17 @@ class SemanticTier:
             outputs = fresh.result.outputs or {}
             if fresh.row in group.unreadable:
                 continue
+            bound = self._bounds.get(group.who.version)
             hit = group.verifying.get(fresh.row)
             if hit is not None:
                 agreed = outputs_agree(unpack_outputs(hit.outputs), outputs)
                 cache.record_verification(hit, agreed)
                 self._metrics.semantic_verifications.labels(model=self._model, agreed=str(agreed).lower()).inc()
+                self._label(bound, hit.verifier_score if hit.verifier_score is not None else hit.similarity, agreed)
                 continue
+            probe = group.probes.get(fresh.row)
+            if probe is not None:
+                self._label(bound, probe[0], outputs_agree(unpack_outputs(probe[1]), outputs))
             texts, rows, packed, _ = additions.setdefault(group.who.version, ([], [], [], group))
             texts.append(canonical_text(group.ready[fresh.row].text))
             rows.append(fresh.row)
@@ -219,6 +261,11 @@ class SemanticTier:
             await semantic_log.publish([SemanticEntry(text, vector, outputs, self._generation, now_ms())
                                         for text, vector, outputs in zip(texts, vectors, packed, strict=True)])
         self._report()
+
+    def _label(self, bound: SharedBound | None, score: float, right: bool) -> None:
+        if bound is not None:
+            bound.add([(score, right)])
+            self._metrics.semantic_labels.labels(model=self._model, right=str(right).lower()).inc()
 
     def cache_of(self, version: str) -> SemanticCache | None:
         """The semantic cache of one version, once traffic for it has been seen."""
@@ -256,7 +303,23 @@ class SemanticTier:
             loaded = await semantic_log.start()
             log.info("semantic cache of %s rebuilt from its topic: %d entries", version, loaded)
             self._versions[version] = (cache, semantic_log)
+            if settings.semantic_max_wrong_rate is not None and self._redis is not None:
+                self._bounds[version] = self._shared_bound(version, cache)
         return self._versions[version][0]
+
+    def _shared_bound(self, version: str, cache: SemanticCache) -> SharedBound:
+        """The version's learned bound over the verifier's P(same) (not below its calibrated point) or,
+        without a verifier, over cosine (not below the cache's threshold)."""
+        assert self._encoder is not None and self._redis is not None
+        assert self._settings.semantic_max_wrong_rate is not None
+        scorer, floor = ((self.verifier.manifest.id, self.verifier.threshold) if self.verifier is not None
+                         else (f"cosine-{self._encoder.manifest.id}", cache.threshold))
+        bound = LearnedBound(self._settings.semantic_max_wrong_rate, self._settings.semantic_bound_confidence,
+                             floor=floor)
+        log.info("semantic hits of %s served under a learned bound: at most %.2f%% wrong with %.0f%% confidence, "
+                 "over %s scores from %.3f up; none until the labels allow", version,
+                 100 * bound.max_wrong_rate, 100 * bound.confidence, scorer, floor)
+        return SharedBound(self._redis, semantic_bound_key(self._model, version, scorer), bound)
 
     def _report(self) -> None:
         model = self._model
@@ -270,6 +333,12 @@ class SemanticTier:
                     self._changes_seen[(version, direction)] = count
             self._metrics.semantic_enabled.labels(model=model, version=version).set(1 if cache.enabled else 0)
             self._metrics.verified_false_hit_rate.labels(model=model, version=version).set(cache.false_hit_rate)
+            bound = self._bounds.get(version)
+            if bound is not None:
+                threshold = bound.threshold
+                self._metrics.semantic_bound_threshold.labels(model=model, version=version).set(
+                    float("nan") if threshold is None else threshold)
+                self._metrics.semantic_bound_labels.labels(model=model, version=version).set(bound.bound.labels)
         self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)
         caches = [cache for cache, _ in self._versions.values()]
         self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))

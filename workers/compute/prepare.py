@@ -46,6 +46,8 @@ class VersionGroup:
     vectors: npt.NDArray[np.float32] | None = None  # semantic-cache encoder rows of `ready`
     unreadable: frozenset[int] = frozenset()  # ready rows the semantic cache's encoder cannot read
     verifying: dict[int, Any] = field(default_factory=dict)  # ready row -> semantic hit the model double-checks
+    probes: dict[int, tuple[float, bytes]] = field(default_factory=dict)  # ready row -> (score, cached outputs) of
+    # its best semantic candidate not served: compared with what the model computes, a free label
     encoded: Encoded | None = None
 
 

@@ -16,6 +16,7 @@ from tests.integration.versions.test_versions import send_in_order, results_of, 
 from models.backends.base import Backend
 from models.loading import ModelLoader
 from workers.cache.exact import clear_model_cache, pack_outputs
+from workers.cache.learned_bound import labels_needed
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.cache.guards import meaning_conflict
 from workers.cache.semantic import SemanticCache
@@ -193,6 +194,32 @@ async def test_a_chinese_negation_trap_is_refused_when_the_encoder_cannot_read_c
     assert unreadable == 2, "both Chinese texts were counted as unreadable"
     assert cache is not None and cache.entries == 1, "only the English text was cached"
     assert english.cache is CacheTier.miss and paraphrase.cache is CacheTier.semantic, "English still hits"
+
+
+async def test_a_learned_bound_serves_nothing_cold_and_serves_once_recomputed_answers_allow(
+        client: FleetClient, redis: Redis, cleared: None) -> None:
+    delta = 0.25
+    settings = faq_settings(semantic_verifier=False, semantic_max_wrong_rate=delta)
+    pattern = f"fleet:semantic-bound:{FAQ}:*"
+    for key in [key async for key in redis.scan_iter(match=pattern)]:
+        await redis.delete(key)
+    needed = labels_needed(delta)
+    async with Serving(settings) as worker:
+        seeded = await client.infer(FAQ, SEEDS[0], timeout=30)
+        # Each miss whose best candidate the bound refused is computed anyway: a free label.
+        answers = [await client.infer(FAQ, PARAPHRASE, timeout=30) for _ in range(needed + 2)]
+        right = worker.metrics.cache.semantic_labels.labels(model=FAQ, right="true")._value.get()
+        wrong = worker.metrics.cache.semantic_labels.labels(model=FAQ, right="false")._value.get()
+    keys = [key async for key in redis.scan_iter(match=pattern)]
+    shared = {k.decode(): int(v) for k, v in (await redis.hgetall(keys[0])).items()} if len(keys) == 1 else {}
+    for key in keys:
+        await redis.delete(key)
+    assert seeded.cache is CacheTier.miss
+    assert answers[0].cache is CacheTier.miss, "a cold bound serves nothing, however close the candidate"
+    assert answers[-1].cache is CacheTier.semantic, "enough right labels let the bound serve"
+    assert all(a.outputs is not None and a.outputs["label"] == "reset_password" for a in answers)
+    assert right >= needed and wrong == 0
+    assert sum(v for k, v in shared.items() if k.startswith("n:")) >= needed, "labels are shared through Redis"
 
 
 async def test_an_embedding_model_never_gets_a_semantic_cache(worker_settings: WorkerSettings,

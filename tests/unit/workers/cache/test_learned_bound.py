@@ -1,0 +1,107 @@
+"""The learned bound: a cold tier serves nothing, the threshold it learns keeps the wrong answers
+served at or under δ on streams with a known trap rate, and its counts survive a round trip
+through the shared store's fields."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from workers.cache.learned_bound import (LearnedBound, binomial_cdf, counts_from_fields, increments,
+                                         labels_needed)
+
+
+def test_binomial_cdf_matches_the_sum_of_its_terms() -> None:
+    n, p = 40, 0.1
+    exact = sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(5))
+    assert binomial_cdf(4, n, p) == pytest.approx(exact, rel=1e-9)
+    assert binomial_cdf(0, 300, 0.01) == pytest.approx(0.99**300, rel=1e-9)
+    assert binomial_cdf(10, 10, 0.5) == 1.0
+
+
+def test_a_cold_bound_serves_nothing_and_needs_about_three_over_delta_clean_labels() -> None:
+    bound = LearnedBound(max_wrong_rate=0.01)
+    assert bound.threshold is None
+    needed = labels_needed(0.01)
+    assert 295 <= needed <= 300  # 0.99^n <= 0.05
+    for _ in range(needed - 1):
+        bound.record(0.97, right=True)
+    assert bound.threshold is None
+    bound.record(0.97, right=True)
+    assert bound.threshold == pytest.approx(0.96)
+
+
+def test_one_wrong_label_high_up_stops_the_descent_until_enough_right_ones_outweigh_it() -> None:
+    bound = LearnedBound(max_wrong_rate=0.01)
+    bound.record(0.99, right=False)
+    for _ in range(300):
+        bound.record(0.90, right=True)
+    assert bound.threshold is None, "the top bin's wrong answer is tested first and fails"
+    for _ in range(299):
+        bound.record(0.99, right=True)
+    assert bound.threshold is None, "1 wrong in 300 cannot yet show a rate under 1% at 95%"
+    for _ in range(200):
+        bound.record(0.99, right=True)
+    assert bound.threshold == pytest.approx(0.90)
+
+
+def test_the_floor_keeps_the_threshold_at_or_above_the_verifiers_point() -> None:
+    bound = LearnedBound(max_wrong_rate=0.05, floor=0.80)
+    for score in (0.5, 0.6, 0.7, 0.85, 0.95):
+        for _ in range(200):
+            bound.record(score, right=True)
+    assert bound.threshold == pytest.approx(0.84), "the lowest labelled bin at or above the floor (0.85's)"
+
+
+def _stream(rng: random.Random, n: int, trap_share: float) -> list[tuple[float, bool]]:
+    """Candidates whose scores overlap: paraphrases mostly high, traps spread over the whole range."""
+    out = []
+    for _ in range(n):
+        if rng.random() < trap_share:
+            out.append((rng.betavariate(2, 6), False))
+        else:
+            out.append((rng.betavariate(12, 1), True))
+    return out
+
+
+@pytest.mark.parametrize("trap_share", [0.05, 0.2, 0.5])
+def test_the_wrong_answers_served_stay_within_delta_on_streams_with_a_known_trap_rate(trap_share: float) -> None:
+    delta, runs, over, learned = 0.02, 30, 0, 0
+    for seed in range(runs):
+        rng = random.Random(seed)
+        bound = LearnedBound(max_wrong_rate=delta)
+        for score, right in _stream(rng, 3000, trap_share):
+            bound.record(score, right)
+        threshold = bound.threshold
+        if threshold is None:
+            continue
+        learned += 1
+        # The true wrong rate among what this threshold serves, on a large fresh stream.
+        fresh = [(s, r) for s, r in _stream(random.Random(10_000 + seed), 20_000, trap_share) if s >= threshold]
+        true_rate = sum(not r for _, r in fresh) / len(fresh)
+        over += true_rate > delta
+    assert learned >= runs // 2, "the bound must learn a threshold on most streams, or the test proves nothing"
+    assert over <= math.ceil(0.05 * runs), f"{over} of {runs} learned thresholds served more than δ"
+
+
+def test_the_bound_learns_a_threshold_that_still_serves_most_paraphrases() -> None:
+    bound = LearnedBound(max_wrong_rate=0.02)
+    for score, right in _stream(random.Random(7), 5000, 0.2):
+        bound.record(score, right)
+    threshold = bound.threshold
+    assert threshold is not None and threshold < 0.95
+    fresh = _stream(random.Random(8), 20_000, 0.2)
+    served_right = sum(r for s, r in fresh if s >= threshold) / sum(r for _, r in fresh)
+    assert served_right > 0.3
+
+
+def test_counts_round_trip_through_the_stores_fields() -> None:
+    bound = LearnedBound(bins=10)
+    labels = [(0.95, True), (0.95, False), (0.31, True), (1.0, True)]
+    fields = {name.encode(): str(value).encode() for name, value in increments(labels, bound).items()}
+    fields[b"junk"] = b"1"
+    fields[b"n:99"] = b"5"  # a bin this bound does not have (another bin count): ignored
+    labelled, wrong = counts_from_fields(fields, 10)
+    assert labelled == [0, 0, 0, 1, 0, 0, 0, 0, 0, 3] and wrong == [0] * 9 + [1]
