@@ -55,6 +55,7 @@ MAX_RECORD_BYTES = 1_000_000  # aiokafka's max_request_size is 1 MiB: a larger r
 TRANSACTION_TIMEOUT_S = 15.0  # below the producers' transaction_timeout_ms (20 s, workers/assembly.py)
 ABORT_WAIT_S = 5.0  # what a timed-out transaction's abort may take before it is left to the broker's timeout
 STOP_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 15.0  # a producer's start (fencing its predecessor) and the committed offset read after it
 
 
 class Fenced(Exception):
@@ -226,13 +227,20 @@ class PartitionTransactions:
             return producer, self._committed[tp]
         producer = self._make_producer(self.transactional_id(tp))
         try:
-            await producer.start()
-            # The producer id comes with the first transaction; an empty one aborts without a round trip.
-            await producer.begin_transaction()
-            await producer.abort_transaction()
-            committed = await self._consumer().committed(tp)
-        except BaseException:
-            await producer.stop()
+            # Bounded: a start that never ends (seen in a chaos run after a broker restart: one partition's
+            # producer started, its neighbour's never did) held every later delivery of the worker, silently.
+            # A TimeoutError is an outage: the attempt is retried with a new producer, and said so.
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                await producer.start()
+                # The producer id comes with the first transaction; an empty one aborts without a round trip.
+                await producer.begin_transaction()
+                await producer.abort_transaction()
+                committed = await self._consumer().committed(tp)
+        except BaseException as exc:
+            if isinstance(exc, TimeoutError):
+                log.warning("the transactional producer %s was not ready within %g s; trying a new one",
+                            self.transactional_id(tp), READY_TIMEOUT_S)
+            await _stop_within(producer, STOP_TIMEOUT_S)
             raise
         self._producers[tp] = producer
         self._committed[tp] = committed or 0

@@ -1,10 +1,17 @@
 """Which records go in which partition's transaction, and which lanes are delivered in transactions."""
 
+import asyncio
+import logging
+from typing import Any
+
 import pytest
 from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry, Gauge
 from pydantic import ValidationError
 
-from workers.delivery.transactions import chunks_of
+from workers.delivery import transactions
+from workers.delivery.patience import Patience
+from workers.delivery.transactions import PartitionChunk, PartitionTransactions, chunks_of
 from workers.settings import WorkerSettings
 
 BULK, TOP = "fleet.requests.m.bulk", "fleet.requests.m"
@@ -34,3 +41,58 @@ def test_exactly_once_names_lanes(value: str, lanes: set[str]) -> None:
 def test_an_unknown_lane_is_refused_with_the_lanes_there_are() -> None:
     with pytest.raises(ValidationError, match="batch is not a lane; the lanes are interactive, bulk"):
         WorkerSettings(model="m", exactly_once="batch")
+
+
+class _Producer:
+    """Starts only from its `fail_first`-th instance on; the earlier ones hang in start() for good."""
+
+    made = 0
+
+    def __init__(self, fail_first: int) -> None:
+        _Producer.made += 1
+        self.hangs = _Producer.made <= fail_first
+        self.stopped = False
+
+    async def start(self) -> None:
+        if self.hangs:
+            await asyncio.Event().wait()
+
+    async def begin_transaction(self) -> None:
+        pass
+
+    async def abort_transaction(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class _Consumer:
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition(BULK, 0)}
+
+    async def committed(self, tp: TopicPartition) -> int:
+        return 5
+
+
+async def test_a_producer_that_never_starts_is_replaced_and_the_wait_is_said(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(transactions, "READY_TIMEOUT_S", 0.05)
+    _Producer.made = 0
+    made: list[_Producer] = []
+
+    def make(transactional_id: str) -> Any:
+        made.append(_Producer(fail_first=2))
+        return made[-1]
+
+    consumer = _Consumer()
+    parts = PartitionTransactions("g", frozenset({BULK}), make, lambda: consumer,  # type: ignore[arg-type,return-value]
+                                  Patience(Gauge("waiting_test", "", ["dependency"], registry=CollectorRegistry()),
+                                           max_backoff_s=0.01))
+    with caplog.at_level(logging.WARNING):
+        # A chunk below the committed offset (5): the producer is made ready, then nothing is sent.
+        assert not await parts.commit(PartitionChunk(TopicPartition(BULK, 0), next_offset=3))
+    assert len(made) == 3
+    assert made[0].stopped and made[1].stopped and not made[2].stopped
+    assert sum("was not ready within" in r.getMessage() for r in caplog.records) == 2
+    assert any("delivery waits for kafka" in r.getMessage() for r in caplog.records)
