@@ -8,6 +8,7 @@ committed with their transaction.
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from aiokafka import ConsumerRecord
@@ -24,6 +25,27 @@ log = logging.getLogger(__name__)
 
 Source = tuple[str, int, int]  # the topic, partition and offset a request was read from
 Partitions = frozenset[tuple[str, int]]
+
+
+class Phases:
+    """Where a slow delivery spent its time: a stall is reported with the step that held it."""
+
+    SLOW_S = 5.0
+
+    def __init__(self) -> None:
+        self._last = self._start = time.monotonic()
+        self._spent: list[tuple[str, float]] = []
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self._spent.append((step, now - self._last))
+        self._last = now
+
+    def report_if_slow(self, what: str) -> None:
+        total = self._last - self._start
+        if total >= self.SLOW_S:
+            log.warning("%s took %.1f s: %s", what, total,
+                        ", ".join(f"{step} {seconds:.1f} s" for step, seconds in self._spent))
 
 
 class BatchDelivery:
@@ -75,15 +97,21 @@ class BatchDelivery:
                                 [d for d in letters if not covered(d.topic)],
                                 [f for f in forwards if not covered(f[0][0])]),
             sink.write_redis(exact))  # the waiting callers' answers: keyed by id, a repeat is harmless
+        phases = Phases()
         sends = self._sends(exact, letters, forwards)
         await self._patience.until_done("kafka", lambda: sink.ensure_topics(send[0] for _, send in sends))
         chunks = chunks_of(((r.topic, r.partition, r.offset) for r in records if (r.topic, r.partition) in owned),
                            sends, covered)
+        phases.mark("answers to Redis and topics made")
         async with turn:
+            phases.mark("the previous delivery's turn")
             await self._transactions.prune()
+            phases.mark("stopping producers of partitions gone")
             async with asyncio.TaskGroup() as commits:  # a fence cancels the batch's other transactions too
                 for chunk in chunks.values():
                     commits.create_task(self._commit(chunk, exact, letters, forwards))
+            phases.mark("the transactions")
+        phases.report_if_slow(f"a delivery of {len(chunks)} partitions' transactions")
         if forwarded := sum(1 for (topic, partition, _), _ in forwards if covered(topic) and (topic, partition) in owned):
             self._forwarded(forwarded)
         # Every partition of these lanes is the transactions' to commit, also one that was not owned at

@@ -221,7 +221,11 @@ class PartitionTransactions:
         committed for the partition as seen after the fence."""
         if tp in self._replace:
             self._replace.discard(tp)
+            began = asyncio.get_running_loop().time()
             await self._discard(tp)
+            if (spent := asyncio.get_running_loop().time() - began) >= 5.0:
+                log.warning("stopping the old producer of %s[%d] (the partition came back) took %.1f s",
+                            tp.topic, tp.partition, spent)
         producer = self._producers.get(tp)
         if producer is not None:
             return producer, self._committed[tp]
