@@ -80,3 +80,27 @@ def test_a_pair_with_a_text_the_encoder_cannot_read_is_never_served(tmp_path: Pa
     row = evaluate(pairs, vectors, 0.90, guards=False, unreadable=frozenset({pairs[1].b}))
     assert row.should_hit == 1.0
     assert row.by_kind["swapped_roles"] == 0.0 and row.by_kind["my own kind"] == 1.0
+
+
+def test_the_chinese_pair_set_has_both_splits_every_trap_kind_and_the_articles_own_pair() -> None:
+    from fleet.commands.cache_eval import PAIRS_PATH
+
+    pairs = load_pairs(PAIRS_PATH.with_name("semantic_pairs_zh.json"))
+    kinds = {(p.kind, p.split) for p in pairs if not p.should_hit}
+    assert kinds == {(kind, split) for kind in ("negation", "entity", "number", "time", "opposite")
+                     for split in ("dev", "holdout")}
+    assert sum(p.should_hit and p.split == "holdout" for p in pairs) >= 40
+    assert any(p.should_hit and (p.a, p.b) == ("今天天气怎么样", "今天天气如何") for p in pairs)
+    assert any(not p.should_hit and (p.a, p.b) == ("今天天气怎么样", "明天天气怎么样") for p in pairs)
+    assert len({(p.a, p.b) for p in pairs}) == len(pairs)
+
+
+@pytest.mark.models
+def test_minilm_reads_no_chinese_pair_so_none_is_served(capsys: pytest.CaptureFixture[str]) -> None:
+    from fleet.commands.cache_eval import PAIRS_PATH, main
+
+    resolve_or_skip(built_registry(), "int8")
+    main(["--pairs", str(PAIRS_PATH.with_name("semantic_pairs_zh.json")), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["unreadable_pairs"] == 210
+    assert report["shipped"]["traps"] == 0.0 and all(row["traps"] == 0.0 for row in report["rows"])
