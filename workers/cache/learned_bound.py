@@ -106,11 +106,6 @@ class LearnedBound:
             accepted = self.edge(index)
         return accepted
 
-    def wrong_rate_at(self, threshold: float) -> tuple[int, int]:
-        """(labelled, wrong) among the candidates scoring >= `threshold`."""
-        first = self.bin_of(threshold)
-        return sum(self.labelled[first:]), sum(self.wrong[first:])
-
 
 def labels_needed(max_wrong_rate: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
     """Labels without a wrong one that a threshold needs before it is accepted (about 3/δ at 95%)."""
