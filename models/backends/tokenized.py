@@ -50,6 +50,7 @@ class BatchTokenizer:
         self._memo = WordMemo.of(self._plain_ascii, max_length) if self._plain_ascii is not None else None
         self._added = _added_tokens(self._tokenizer)
         self._unknown_id = _unknown_id(self._tokenizer)
+        self._special_count = len(self._tokenizer.encode("").ids)  # what the post-processor adds to every text
         self._pad_id = pad_id
         # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
         # concurrent `infer` calls safe for a cost of milliseconds next to the model run.
@@ -97,12 +98,21 @@ class BatchTokenizer:
     def unknown_shares(self, texts: Sequence[str]) -> list[float]:
         """Per text, the share of its tokens that are the unknown token: the words the model cannot
         see. 0.0 for an empty text and for a vocabulary with no unknown token (byte-level BPE)."""
+        return self.unknown_shares_of(self.token_rows(texts)[0])
+
+    def unknown_shares_of(self, rows: Sequence[Sequence[int]]) -> list[float]:
+        """`unknown_shares` of rows this tokenizer made (special tokens are not counted)."""
         if self._unknown_id is None:
-            return [0.0] * len(texts)
-        with self._lock:
-            encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [encoding.ids.count(self._unknown_id) / len(encoding.ids) if encoding.ids else 0.0
-                for encoding in encodings]
+            return [0.0] * len(rows)
+        unknown, specials = self._unknown_id, self._special_count
+        return [list(ids).count(unknown) / (len(ids) - specials) if len(ids) > specials else 0.0 for ids in rows]
+
+    def encode_reading(self, texts: Sequence[str], bucket_size: int) -> tuple[Encoded, list[float]]:
+        """`encode`, and the unknown shares of the very same token ids: one tokenisation for both."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a sequence of texts, not a single string")
+        rows, truncated = self.token_rows(texts)
+        return Encoded.group(rows, bucket_size, self.feeds, truncated=truncated), self.unknown_shares_of(rows)
 
     @staticmethod
     def _fill(rows: list[Row | None], at: list[int], encodings: list[Encoding]) -> None:
@@ -182,6 +192,11 @@ class TokenizedBackend:
 
     def unknown_shares(self, texts: Sequence[str]) -> list[float]:
         return self._tokenizer.unknown_shares(texts)
+
+    def infer_reading(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], list[float]]:
+        """`infer`, and each text's share of tokens unknown to the model, from the same tokenisation."""
+        encoded, shares = self._tokenizer.encode_reading(texts, self.length_bucket_size)
+        return self.run(encoded), shares
 
     def run(self, encoded: Encoded) -> npt.NDArray[np.float32]:
         raise NotImplementedError

@@ -128,8 +128,8 @@ class SemanticTier:
         assert self._encoder is not None
         for group, cache in zip(groups, caches, strict=True):
             started = time.perf_counter()
-            group.vectors = self._encoder.infer([item.text for item in group.ready])
-            group.unreadable = self._unreadable(group)
+            group.vectors, shares = self._encoder.infer_reading([item.text for item in group.ready])
+            group.unreadable = self._unreadable(shares)
             encoder_ms = (time.perf_counter() - started) * 1000
             if not cache.enabled:
                 continue
@@ -162,11 +162,10 @@ class SemanticTier:
                 cache=CacheTier.semantic, similarity=round(served[row].similarity, 4),
                 timings=timings_of(prepared, item, finished_ms, cache_ms=lookup_ms))), prepared.triaged.answered)
 
-    def _unreadable(self, group: VersionGroup) -> frozenset[int]:
+    def _unreadable(self, shares: list[float]) -> frozenset[int]:
         """Rows with more of their tokens unknown to the encoder than `semantic_max_unknown_share`:
         never looked up, never cached."""
         assert self._encoder is not None
-        shares = self._encoder.unknown_shares([item.text for item in group.ready])
         rows = frozenset(row for row, share in enumerate(shares) if share > self._settings.semantic_max_unknown_share)
         if rows:
             self._metrics.semantic_unreadable.labels(model=self._model).inc(len(rows))

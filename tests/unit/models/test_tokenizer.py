@@ -148,3 +148,14 @@ def test_unknown_shares_count_the_words_the_vocabulary_cannot_read(tokenizers: t
     assert refund == ids.count(unk) / len(ids) > 0.5, "MiniLM reads most Chinese characters as [UNK]"
     assert weather > 0.5
     assert 0.0 < mixed < refund
+
+
+def test_encoding_while_reading_gives_the_encoders_rows_and_the_unknown_shares_of_those_same_ids(
+        tokenizers: tuple[BatchTokenizer, Tokenizer]) -> None:
+    ours, _ = tokenizers
+    texts = ["How do I reset my password?", "今天天气怎么样", "refund 如何退款 order 123", ""]
+    encoded, shares = ours.encode_reading(texts, bucket_size=16)
+    plain = ours.encode(texts, bucket_size=16)
+    assert shares == ours.unknown_shares(texts)
+    assert encoded.lengths == plain.lengths and encoded.truncated == plain.truncated
+    assert shares[0] == 0.0 and shares[1] > 0.5 and shares[3] == 0.0
