@@ -35,19 +35,37 @@ DEFAULT_BINS = 50
 DEFAULT_CONFIDENCE = 0.95
 
 
+# Above this many labels the exact sum (one term per wrong label, per bin tested) gives way to the
+# Chernoff bound: O(1), and never below the exact value, so a threshold it accepts the exact test accepts too.
+EXACT_LABELS = 2000
+
+
 def binomial_cdf(wrong: int, labelled: int, rate: float) -> float:
-    """P(X <= wrong) for X ~ Binomial(labelled, rate), summed in log space (no scipy in a worker)."""
+    """P(X <= wrong) for X ~ Binomial(labelled, rate), summed in log space (no scipy in a worker);
+    beyond EXACT_LABELS an upper bound of it (`chernoff_cdf_bound`)."""
     if wrong >= labelled:
         return 1.0
     if rate <= 0.0:
         return 1.0
     if rate >= 1.0:
         return 0.0
+    if labelled > EXACT_LABELS:
+        return chernoff_cdf_bound(wrong, labelled, rate)
     log_p, log_q = math.log(rate), math.log1p(-rate)
     log_terms = [math.lgamma(labelled + 1) - math.lgamma(k + 1) - math.lgamma(labelled - k + 1)
                  + k * log_p + (labelled - k) * log_q for k in range(wrong + 1)]
     top = max(log_terms)
     return min(1.0, math.exp(top) * sum(math.exp(term - top) for term in log_terms))
+
+
+def chernoff_cdf_bound(wrong: int, labelled: int, rate: float) -> float:
+    """exp(-n KL(k/n || p)) >= P(X <= k) for k/n < p (1.0 otherwise): conservative for the test."""
+    observed = wrong / labelled
+    if observed >= rate:
+        return 1.0
+    divergence = (observed * math.log(observed / rate) if observed > 0 else 0.0) \
+        + (1 - observed) * math.log((1 - observed) / (1 - rate))
+    return math.exp(-labelled * divergence)
 
 
 @dataclass
@@ -74,11 +92,6 @@ class LearnedBound:
 
     def edge(self, index: int) -> float:
         return index / self.bins
-
-    def record(self, score: float, right: bool) -> None:
-        index = self.bin_of(score)
-        self.labelled[index] += 1
-        self.wrong[index] += not right
 
     def merge(self, labelled: Sequence[int], wrong: Sequence[int]) -> None:
         """Take counts read from the shared store (they replace this worker's view)."""
@@ -140,7 +153,7 @@ def increments(labels: Iterable[tuple[float, bool]], bound: LearnedBound) -> dic
 class SharedBound:
     """One version's bound, its counts shared by the workers through a Redis hash (fields "n:<bin>",
     "w:<bin>": at most 2 x bins, whatever the traffic). Labels are added locally and flushed with
-    HINCRBY; the counts are read back at most every `refresh_s`. While Redis is away the last counts
+    HINCRBY and the counts read back, at most every `refresh_s`. While Redis is away the last counts
     read stay in force and the increments wait (they are bounded by the bins too)."""
 
     def __init__(self, redis: AnyRedis, key: str, bound: LearnedBound, *, refresh_s: float = 1.0,
@@ -160,9 +173,10 @@ class SharedBound:
             self._pending[name] = self._pending.get(name, 0) + count
 
     async def sync(self) -> None:
-        """Flush the pending labels and, when the counts are older than `refresh_s`, read them back."""
+        """Once the counts are older than `refresh_s`: flush the pending labels and read the counts back
+        (one round trip, and the threshold computed again, per refresh, not per batch)."""
         now = self._clock()
-        if not self._pending and self._read_at is not None and now - self._read_at < self._refresh_s:
+        if self._read_at is not None and now - self._read_at < self._refresh_s:
             return
         try:
             async with self._redis.pipeline(transaction=False) as pipe:

@@ -9,8 +9,16 @@ import random
 
 import pytest
 
-from workers.cache.learned_bound import (LearnedBound, binomial_cdf, counts_from_fields, increments,
-                                         labels_needed)
+from workers.cache.learned_bound import (EXACT_LABELS, LearnedBound, binomial_cdf, chernoff_cdf_bound,
+                                         counts_from_fields, increments, labels_needed)
+
+
+def _learn(bound: LearnedBound, labels: list[tuple[float, bool]]) -> None:
+    """Labels the way workers share them: increments added to the store's fields, the fields read back."""
+    fields = {f"n:{i}": n for i, n in enumerate(bound.labelled)} | {f"w:{i}": w for i, w in enumerate(bound.wrong)}
+    for name, count in increments(labels, bound).items():
+        fields[name] = fields.get(name, 0) + count
+    bound.merge(*counts_from_fields(fields, bound.bins))
 
 
 def test_binomial_cdf_matches_the_sum_of_its_terms() -> None:
@@ -21,29 +29,42 @@ def test_binomial_cdf_matches_the_sum_of_its_terms() -> None:
     assert binomial_cdf(10, 10, 0.5) == 1.0
 
 
+@pytest.mark.parametrize("wrong", [0, 5, 40, 80, 99, 100, 150])
+def test_beyond_the_exact_sum_the_cdf_is_bounded_from_above_so_no_threshold_is_accepted_that_the_exact_test_refuses(
+        wrong: int) -> None:
+    n, p = 10_000, 0.01
+    assert n > EXACT_LABELS
+    log_terms = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p)
+                 + (n - k) * math.log1p(-p) for k in range(wrong + 1)]
+    true_cdf = min(1.0, sum(math.exp(term) for term in log_terms))
+    assert binomial_cdf(wrong, n, p) == chernoff_cdf_bound(wrong, n, p) >= true_cdf * (1 - 1e-9)  # equal at 0 wrong
+    if wrong <= 40:
+        assert binomial_cdf(wrong, n, p) < 0.05, "well under δ the bound still accepts"
+
+
 def test_a_cold_bound_serves_nothing_and_needs_about_three_over_delta_clean_labels() -> None:
     bound = LearnedBound(max_wrong_rate=0.01)
     assert bound.threshold is None
     needed = labels_needed(0.01)
     assert 295 <= needed <= 300  # 0.99^n <= 0.05
     for _ in range(needed - 1):
-        bound.record(0.97, right=True)
+        _learn(bound, [(0.97, True)])
     assert bound.threshold is None
-    bound.record(0.97, right=True)
+    _learn(bound, [(0.97, True)])
     assert bound.threshold == pytest.approx(0.96)
 
 
 def test_one_wrong_label_high_up_stops_the_descent_until_enough_right_ones_outweigh_it() -> None:
     bound = LearnedBound(max_wrong_rate=0.01)
-    bound.record(0.99, right=False)
+    _learn(bound, [(0.99, False)])
     for _ in range(300):
-        bound.record(0.90, right=True)
+        _learn(bound, [(0.90, True)])
     assert bound.threshold is None, "the top bin's wrong answer is tested first and fails"
     for _ in range(299):
-        bound.record(0.99, right=True)
+        _learn(bound, [(0.99, True)])
     assert bound.threshold is None, "1 wrong in 300 cannot yet show a rate under 1% at 95%"
     for _ in range(200):
-        bound.record(0.99, right=True)
+        _learn(bound, [(0.99, True)])
     assert bound.threshold == pytest.approx(0.90)
 
 
@@ -51,7 +72,7 @@ def test_the_floor_keeps_the_threshold_at_or_above_the_verifiers_point() -> None
     bound = LearnedBound(max_wrong_rate=0.05, floor=0.80)
     for score in (0.5, 0.6, 0.7, 0.85, 0.95):
         for _ in range(200):
-            bound.record(score, right=True)
+            _learn(bound, [(score, True)])
     assert bound.threshold == pytest.approx(0.84), "the lowest labelled bin at or above the floor (0.85's)"
 
 
@@ -72,8 +93,7 @@ def test_the_wrong_answers_served_stay_within_delta_on_streams_with_a_known_trap
     for seed in range(runs):
         rng = random.Random(seed)
         bound = LearnedBound(max_wrong_rate=delta)
-        for score, right in _stream(rng, 3000, trap_share):
-            bound.record(score, right)
+        _learn(bound, _stream(rng, 3000, trap_share))
         threshold = bound.threshold
         if threshold is None:
             continue
@@ -88,8 +108,7 @@ def test_the_wrong_answers_served_stay_within_delta_on_streams_with_a_known_trap
 
 def test_the_bound_learns_a_threshold_that_still_serves_most_paraphrases() -> None:
     bound = LearnedBound(max_wrong_rate=0.02)
-    for score, right in _stream(random.Random(7), 5000, 0.2):
-        bound.record(score, right)
+    _learn(bound, _stream(random.Random(7), 5000, 0.2))
     threshold = bound.threshold
     assert threshold is not None and threshold < 0.95
     fresh = _stream(random.Random(8), 20_000, 0.2)
