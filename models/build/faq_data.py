@@ -1,6 +1,8 @@
-"""The labelled customer-support FAQ examples the faq-intent head is trained and scored on.
+"""The labelled customer-support FAQ examples the faq-intent heads are trained and scored on.
 
-One JSON file per data version, shipped with the code. The version string written into a
+One JSON file per data version and language, shipped with the code: English (faq-intents-v1) and
+Chinese (faq-intents-zh-v1), the same intents in the same order. A multilingual head learns from
+both; its held-out examples are scored per language, so one language cannot hide behind another. The version string written into a
 manifest's `training_data` carries the file's sha256 as well as its name, so an edited file
 can never pass for the data a registered version was trained on.
 """
@@ -16,6 +18,7 @@ from models.registry import sha256_of
 DATA_DIR = Path(__file__).resolve().parent / "data"
 FAQ_DATA_VERSION = "faq-intents-v1"
 FAQ_DATA_FILE = DATA_DIR / f"{FAQ_DATA_VERSION}.json"
+FAQ_ZH_DATA_FILE = DATA_DIR / "faq-intents-zh-v1.json"
 # Prefix of the file's sha256 named in the version string: enough to tell edits apart.
 _HASH_PREFIX_CHARS = 12
 
@@ -32,6 +35,8 @@ class FaqDataset:
     labels: tuple[str, ...]  # intent names, in output-column order
     train: tuple[Example, ...]
     test: tuple[Example, ...]  # held out: never trained on, only scored
+    # (data version, number of examples) of each file's part of `test`, in order: each is scored on its own
+    test_parts: tuple[tuple[str, int], ...] = ()
 
     @property
     def all_examples(self) -> tuple[Example, ...]:
@@ -68,4 +73,25 @@ def load_faq_dataset(path: Path = FAQ_DATA_FILE) -> FaqDataset:
                 seen[key] = f"{label}/{split}"
                 into.append(Example(text=str(text), label=index))
     digest = sha256_of(path)[:_HASH_PREFIX_CHARS]
-    return FaqDataset(version=f"{name} sha256:{digest}", labels=tuple(labels), train=tuple(train), test=tuple(test))
+    version = f"{name} sha256:{digest}"
+    return FaqDataset(version=version, labels=tuple(labels), train=tuple(train), test=tuple(test),
+                      test_parts=((name, len(test)),))
+
+
+def load_faq_datasets(paths: tuple[Path, ...]) -> FaqDataset:
+    """Several data files as one: their intents must be the same, in the same order."""
+    parts = [load_faq_dataset(path) for path in paths]
+    first = parts[0]
+    for path, part in zip(paths, parts, strict=True):
+        if part.labels != first.labels:
+            raise ValueError(f"{path}: its intents {part.labels} are not {paths[0].name}'s {first.labels}")
+    seen = {" ".join(e.text.lower().split()) for e in first.all_examples}
+    for path, part in zip(paths[1:], parts[1:], strict=True):
+        for example in part.all_examples:
+            if (key := " ".join(example.text.lower().split())) in seen:
+                raise ValueError(f"{path}: {example.text!r} appears in another data file too")
+            seen.add(key)
+    return FaqDataset(version=" + ".join(part.version for part in parts), labels=first.labels,
+                      train=tuple(e for part in parts for e in part.train),
+                      test=tuple(e for part in parts for e in part.test),
+                      test_parts=tuple(entry for part in parts for entry in part.test_parts))

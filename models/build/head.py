@@ -115,7 +115,7 @@ def append_head(encoder_onnx: Path, head: LinearHead, out_onnx: Path) -> None:
 
 def recipe(encoder_id: str) -> dict[str, str]:
     return {
-        "graph": f"{encoder_id} graph (mean-pooled, L2-normalised MiniLM embedding) -> MatMul -> Add -> Softmax",
+        "graph": f"{encoder_id} graph (mean-pooled, L2-normalised sentence embedding) -> MatMul -> Add -> Softmax",
         "head": "multinomial logistic regression trained in numpy on the encoder's ONNX embeddings",
         "numpy": np.__version__,
         "onnx": onnx.__version__,
