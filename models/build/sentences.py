@@ -58,3 +58,18 @@ SERVING_SENTENCES: tuple[str, ...] = (
     " ".join(["Ceci est une très longue phrase française qui sera tronquée par le tokeniseur."] * 20),
     "北京欢迎你 " * 40,
 )
+
+# Chinese customer-service messages: the multilingual encoder (e5-embed) is checked on these too,
+# since reading Chinese is what it is built for.
+CHINESE_CHECK_SENTENCES: tuple[str, ...] = (
+    "今天天气怎么样",
+    "我的订单什么时候发货？",
+    "怎么申请退款？",
+    "我忘记密码了，怎么重置？",
+    "快递显示已签收，但我没有收到包裹。",
+    "可以开发票吗？",
+    "会员怎么取消自动续费？",
+    "商品有质量问题，我想换货。",
+    "客服电话是多少？人工客服几点上班？",
+    "优惠券为什么用不了？",
+)
