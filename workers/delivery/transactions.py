@@ -10,9 +10,15 @@ delivered here instead:
   `<group>.<topic>.<partition>`: whoever serves the partition next uses the same id, and starting
   its producer fences the previous one (aiokafka sends no group generation with its offsets, so a
   per-partition id is what fences a zombie: the worker that was SIGSTOPped past its session and
-  wakes up after its partitions moved). A fenced producer's transaction is aborted by Kafka, and
-  the worker ends its session and rejoins the group (workers/worker.py) to start again from the
-  committed offsets.
+  wakes up after its partitions moved). A fenced producer's transaction is aborted by Kafka. A
+  worker fenced on a partition it no longer serves drops the batch (the new owner answers). One
+  fenced on a partition it still serves cannot tell whether it is the zombie or the zombie fenced
+  it (a woken worker that has not heard of its lost partitions yet starts a producer, and fences
+  the rightful owner): it waits FENCE_RETRY_S (the zombie's overdue heartbeat tells it first) and
+  tries again with a new producer, and only after FENCES_BEFORE_LEAVING fences in a row ends its
+  session and rejoins the group (workers/worker.py) to start again from the committed offsets.
+  Ending sessions at the first fence let one woken zombie make the rightful owner leave too, and
+  every leave moved partitions again (a chaos run lost the interactive traffic of a minute).
 - Right after a producer is started (the fence), the partition's committed offset is read again:
   what a zombie committed before the fence is then known, and records below it are skipped rather
   than answered twice. The same mark, moved by every commit, skips records answered twice in
@@ -56,6 +62,8 @@ TRANSACTION_TIMEOUT_S = 15.0  # below the producers' transaction_timeout_ms (20 
 ABORT_WAIT_S = 5.0  # what a timed-out transaction's abort may take before it is left to the broker's timeout
 STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 15.0  # a producer's start (fencing its predecessor) and the committed offset read after it
+FENCE_RETRY_S = 2.0  # under the 3 s heartbeat interval, and a woken zombie's heartbeat is overdue: it goes first
+FENCES_BEFORE_LEAVING = 3
 
 
 class Fenced(Exception):
@@ -65,6 +73,10 @@ class Fenced(Exception):
 
 class Refused(Exception):
     """Kafka refused a record of the transaction for good; the transaction was aborted."""
+
+
+class _FencedWhileServing(Exception):
+    """A producer of a partition this worker still serves was fenced."""
 
 
 @dataclass
@@ -150,8 +162,9 @@ class PartitionTransactions:
         """Produce the chunk's records and commit its offset in one transaction; False when there
         was nothing to do: every record of it was committed before, or the partition is not this
         worker's any more (its new owner answers; starting a producer here would fence the owner).
-        Waits out outages; raises Fenced when another producer took the partition over, Refused
-        when Kafka refuses a record for good."""
+        Waits out outages; raises Fenced when other producers took the partition over
+        FENCES_BEFORE_LEAVING times in a row while this worker still served it, Refused when Kafka
+        refuses a record for good."""
         async def attempt() -> bool:
             if not self._serving(chunk.partition):
                 return False
@@ -169,8 +182,8 @@ class PartitionTransactions:
                 self._counted("fenced")
                 if not self._serving(chunk.partition):
                     return False  # it moved while this transaction was under way: the new owner answers
-                raise Fenced(f"{self.transactional_id(chunk.partition)} was fenced: another producer serves "
-                             f"{chunk.partition.topic}[{chunk.partition.partition}] now") from exc
+                raise _FencedWhileServing(f"{self.transactional_id(chunk.partition)} was fenced: another producer "
+                                          f"took {chunk.partition.topic}[{chunk.partition.partition}]") from exc
             except BaseException as exc:
                 # Aborting after an outage may itself fail; the successor's start aborts what is left open.
                 await self._discard(chunk.partition)
@@ -181,7 +194,16 @@ class PartitionTransactions:
             self._counted("committed")
             return True
 
-        done = await self._patience.until_done("kafka", attempt)
+        for fences in range(1, FENCES_BEFORE_LEAVING + 1):
+            try:
+                done = await self._patience.until_done("kafka", attempt)
+                break
+            except _FencedWhileServing as fenced:
+                if fences == FENCES_BEFORE_LEAVING:
+                    raise Fenced(f"{fenced} {fences} times in a row") from fenced
+                log.warning("%s while this worker still serves it (a woken worker that has not learnt yet that it "
+                            "lost the partition?): trying again with a new producer in %g s", fenced, FENCE_RETRY_S)
+                await asyncio.sleep(FENCE_RETRY_S)
         if not done:
             self._counted("skipped")
         return done

@@ -96,3 +96,81 @@ async def test_a_producer_that_never_starts_is_replaced_and_the_wait_is_said(
     assert made[0].stopped and made[1].stopped and not made[2].stopped
     assert sum("was not ready within" in r.getMessage() for r in caplog.records) == 2
     assert any("delivery waits for kafka" in r.getMessage() for r in caplog.records)
+
+
+class _Transaction:
+    async def __aenter__(self) -> None:
+        pass
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        pass
+
+
+class _FencedProducer(_Producer):
+    """Starts at once; its transaction's offset commit is fenced while `fenced` says so."""
+
+    def __init__(self, fenced: bool) -> None:
+        super().__init__(fail_first=0)
+        self.fenced = fenced
+        self.committed: list[dict[TopicPartition, int]] = []
+        self._sender = type("Sender", (), {"sender_task": None})()
+
+    def transaction(self) -> _Transaction:
+        return _Transaction()
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group: str) -> None:
+        if self.fenced:
+            raise transactions.ProducerFenced()
+        self.committed.append(offsets)
+
+
+class _Owner(_Consumer):
+    """Serves BULK[0] until `lose` is set."""
+
+    def __init__(self) -> None:
+        self.lose = False
+
+    def assignment(self) -> set[TopicPartition]:
+        return set() if self.lose else super().assignment()
+
+
+def _fenced_parts(monkeypatch: pytest.MonkeyPatch, fenced_producers: int, consumer: _Owner,
+                  lose_after_fence: bool = False) -> tuple[PartitionTransactions, list[_FencedProducer]]:
+    monkeypatch.setattr(transactions, "FENCE_RETRY_S", 0.01)
+    made: list[_FencedProducer] = []
+
+    def make(transactional_id: str) -> Any:
+        made.append(_FencedProducer(fenced=len(made) < fenced_producers))
+        if lose_after_fence and len(made) > 1:
+            raise AssertionError("a worker that lost the partition started another producer (a fence)")
+        return made[-1]
+
+    parts = PartitionTransactions("g", frozenset({BULK}), make, lambda: consumer,  # type: ignore[arg-type,return-value]
+                                  Patience(Gauge("waiting_test", "", ["dependency"], registry=CollectorRegistry()),
+                                           max_backoff_s=0.01),
+                                  counted=lambda outcome: setattr(consumer, "lose", lose_after_fence or consumer.lose))
+    return parts, made
+
+
+async def test_a_worker_fenced_on_a_partition_it_still_serves_tries_again_with_a_new_producer_not_leaving(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    parts, made = _fenced_parts(monkeypatch, fenced_producers=2, consumer=_Owner())
+    with caplog.at_level(logging.WARNING):
+        assert await parts.commit(PartitionChunk(TopicPartition(BULK, 0), next_offset=10))
+    assert len(made) == 3 and made[0].stopped and made[1].stopped and not made[2].stopped
+    assert made[2].committed == [{TopicPartition(BULK, 0): 10}]
+    assert sum("still serves it" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_fenced_again_and_again_the_worker_ends_its_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    parts, made = _fenced_parts(monkeypatch, fenced_producers=99, consumer=_Owner())
+    with pytest.raises(transactions.Fenced, match="3 times in a row"):
+        await parts.commit(PartitionChunk(TopicPartition(BULK, 0), next_offset=10))
+    assert len(made) == transactions.FENCES_BEFORE_LEAVING
+
+
+async def test_a_worker_fenced_after_it_lost_the_partition_drops_the_batch_without_another_fence(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    parts, made = _fenced_parts(monkeypatch, fenced_producers=1, consumer=_Owner(), lose_after_fence=True)
+    assert not await parts.commit(PartitionChunk(TopicPartition(BULK, 0), next_offset=10))
+    assert len(made) == 1 and made[0].committed == []
