@@ -149,13 +149,15 @@ class Report:
     rows: list[Row]
     served_traps: list[Pair]
     unreadable_pairs: int = 0  # pairs with a text the encoder cannot read: never served
+    unjudged_pairs: int = 0  # pairs with a token the verifier cannot read: never served where it decides
 
 
 def measure(pairs: list[Pair]) -> Report:
     embedded = embed_all([text for pair in pairs for text in (pair.a, pair.b)])
     vectors, unreadable = embedded.vectors, embedded.unreadable
     verifier = open_verifier()
-    verdicts = verifier.score([(pair.b, pair.a) for pair in pairs]).scores if verifier is not None else None
+    judged = verifier.score([(pair.b, pair.a) for pair in pairs]) if verifier is not None else None
+    verdicts = judged.scores if judged is not None else None
     v_threshold = verifier.threshold if verifier is not None else 0.0
     rows = [evaluate(pairs, vectors, t, guards, unreadable=unreadable) for t in THRESHOLDS for guards in (True, False)]
     if verdicts is not None:
@@ -168,7 +170,8 @@ def measure(pairs: list[Pair]) -> Report:
     wrong = [pair for pair, hit in zip(pairs, hits) if hit and not pair.should_hit]
     unread = sum(pair.a in unreadable or pair.b in unreadable for pair in pairs)
     return Report(embedded.encoder, verifier.manifest.id if verifier is not None else None,
-                  verifier.threshold if verifier is not None else None, shipped, rows, wrong, unread)
+                  verifier.threshold if verifier is not None else None, shipped, rows, wrong, unread,
+                  judged.unreadable if judged is not None else 0)
 
 
 def print_report(report: Report, pairs: list[Pair]) -> None:
@@ -181,6 +184,10 @@ def print_report(report: Report, pairs: list[Pair]) -> None:
     if report.unreadable_pairs:
         print(f"{report.unreadable_pairs} of {len(pairs)} pairs have a text {report.encoder} cannot read (unknown "
               "tokens): never served, at any threshold (FLEET_SEMANTIC_ENCODER_MODEL picks an encoder that reads it)")
+    if report.unjudged_pairs:
+        print(f"{report.unjudged_pairs} of {len(pairs)} pairs have a token {report.verifier} cannot read: never served "
+              "where it decides (FLEET_SEMANTIC_VERIFIER=false with FLEET_SEMANTIC_MAX_WRONG_RATE lets the learned "
+              "bound decide instead)")
     print("served = share of pairs whose b is answered with a's cached answer (trap columns: lower is better)\n")
     print(table([report.shipped, *report.rows], {0: "<- shipped operating point"}))
     verdict = "meets" if report.shipped.meets_targets else "MISSES"
@@ -207,7 +214,7 @@ def main(argv: list[str]) -> int:
     report = measure(pairs)
     if args.json:
         print(json.dumps({"encoder": report.encoder, "verifier": report.verifier,
-                          "unreadable_pairs": report.unreadable_pairs,
+                          "unreadable_pairs": report.unreadable_pairs, "unjudged_pairs": report.unjudged_pairs,
                           "verifier_threshold": report.verifier_threshold,
                           "shipped": asdict(report.shipped) | {"meets_targets": report.shipped.meets_targets},
                           "traps_served_at_shipped": [asdict(p) for p in report.served_traps],

@@ -49,7 +49,7 @@ class BatchTokenizer:
         self._plain_ascii = _without_bert_normalizer(self._tokenizer)
         self._memo = WordMemo.of(self._plain_ascii, max_length) if self._plain_ascii is not None else None
         self._added = _added_tokens(self._tokenizer)
-        self._unknown_id = _unknown_id(self._tokenizer)
+        self._unknown_id = unknown_token_id(self._tokenizer)
         self._special_count = len(self._tokenizer.encode("").ids)  # what the post-processor adds to every text
         self._pad_id = pad_id
         # The Rust tokenizer is shared mutable state behind the Python object; one lock makes
@@ -144,7 +144,7 @@ def _added_tokens(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, contents))) if contents else None
 
 
-def _unknown_id(tokenizer: Tokenizer) -> int | None:
+def unknown_token_id(tokenizer: Tokenizer) -> int | None:
     """The id of the vocabulary's unknown token ("[UNK]", "<unk>"), or None where it has none."""
     model = json.loads(tokenizer.to_str())["model"]
     if isinstance(model.get("unk_id"), int):  # Unigram (SentencePiece)

@@ -49,7 +49,8 @@ class CacheMetrics:
                                                   "(well within it, down to the floor)", ["model", "version", "direction"],
                                                   registry=reg)
         self.semantic_unreadable = Counter(f"{PREFIX}_semantic_unreadable", "Texts the semantic tier neither looked "
-                                           "up nor cached: too many of their tokens are unknown to its encoder",
+                                           "up nor cached (too many of their tokens unknown to its encoder), and "
+                                           "candidates it did not serve (a token unknown to its verifier)",
                                            ["model"], registry=reg)
         self.semantic_labels = Counter(f"{PREFIX}_semantic_labels", "Semantic candidates whose cached answer was "
                                        "compared with the model's (free on a miss, sampled on a hit), by whether it "

@@ -102,6 +102,7 @@ class SemanticTier:
         self.verifier: CacheVerifier | None = None
         self._verifier_broken = False
         self._warned_unreadable = False
+        self._warned_unjudged = False
         self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
         self._generation = 0
         self._evictions_seen = 0
@@ -176,6 +177,19 @@ class SemanticTier:
                             "FLEET_SEMANTIC_ENCODER_MODEL)", len(rows), len(shares), self._encoder.manifest.name)
         return rows
 
+    def _unjudged(self, unreadable: int, pairs: int) -> None:
+        """Candidates the verifier could not read are not served: counted, and said once with the fixes."""
+        if not unreadable:
+            return
+        self._metrics.semantic_unreadable.labels(model=self._model).inc(unreadable)
+        if not self._warned_unjudged:
+            self._warned_unjudged = True
+            assert self.verifier is not None
+            log.warning("semantic cache: %s cannot read %d of %d candidate pairs (unknown tokens); they are not "
+                        "served (a verifier that reads their language, or FLEET_SEMANTIC_VERIFIER=false with "
+                        "FLEET_SEMANTIC_MAX_WRONG_RATE: the learned bound over the encoder's cosine)",
+                        self.verifier.manifest.id, unreadable, pairs)
+
     def _open_verifier(self) -> CacheVerifier | None:
         if not self._settings.semantic_verifier:
             return None
@@ -212,6 +226,7 @@ class SemanticTier:
             best = choose(candidates, verdicts.scores, 0.0 if bound is not None else self.verifier.threshold)
             judged, verifier_ms = len(pairs), verdicts.elapsed_ms
             self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
+            self._unjudged(verdicts.unreadable, len(pairs))
         if bound is None:
             chosen = best
         else:

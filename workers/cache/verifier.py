@@ -5,6 +5,11 @@ It runs on ONNX Runtime on CPU (INT8 when registered), one thread that does not 
 the candidate pairs of a batch at once (the caller runs it off the event loop). Its operating
 threshold is the one the build calibrated on held-out pairs and recorded in the manifest's
 check figures; a manifest without one is refused.
+
+A pair with a token the verifier's vocabulary does not hold is not judged: it scores 0 and is
+counted as unreadable. A judge that cannot see a word cannot say the word changes nothing (the
+English-trained verifier reads "今天天气怎么样" as a row of [UNK], and two questions that differ
+in one unknown character look the same to it).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.backends.onnx import open_session
+from models.backends.tokenized import unknown_token_id
 from models.pair_feeds import encode_pairs, pair_tokenizer
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
 from models.same_question import same_question
@@ -34,6 +40,7 @@ _SUB_BATCH = 64
 class Verdicts:
     scores: npt.NDArray[np.float32]  # P(same) per pair
     elapsed_ms: float
+    unreadable: int = 0  # pairs not judged (scored 0): a token of theirs is unknown to the verifier
 
 
 class CacheVerifier:
@@ -47,6 +54,7 @@ class CacheVerifier:
         self._session = open_session(registry.path_of(manifest, manifest.onnx_file), device="cpu",
                                      intra_op_threads=1, spinning=False)
         self._tokenizer = pair_tokenizer(registry.path_of(manifest, manifest.tokenizer_file), manifest.max_length)
+        self._unknown_id = unknown_token_id(self._tokenizer)
         self._lock = threading.Lock()  # the Rust tokenizer is shared state
 
     @classmethod
@@ -61,13 +69,18 @@ class CacheVerifier:
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> Verdicts:
         """P(same) for each (new text, cached text); one question written twice is 1.0 without
-        running the model (`same_question`)."""
+        running the model (`same_question`); a pair the verifier cannot read is 0.0."""
         started = time.perf_counter()
         scores = np.ones(len(pairs), dtype=np.float32)
         judged = [i for i, (text, cached) in enumerate(pairs) if not same_question(text, cached)]
+        unreadable = 0
         for start in range(0, len(judged), _SUB_BATCH):
-            rows = judged[start:start + _SUB_BATCH]
+            rows = np.asarray(judged[start:start + _SUB_BATCH], dtype=np.intp)
             with self._lock:
                 feeds = encode_pairs(self._tokenizer, [pairs[i] for i in rows])
             scores[rows] = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)[:, 1]
-        return Verdicts(scores, (time.perf_counter() - started) * 1000)
+            if self._unknown_id is not None:
+                blind = np.any(feeds["input_ids"] == self._unknown_id, axis=1)
+                scores[rows[blind]] = 0.0
+                unreadable += int(blind.sum())
+        return Verdicts(scores, (time.perf_counter() - started) * 1000, unreadable)

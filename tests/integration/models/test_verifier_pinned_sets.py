@@ -76,3 +76,12 @@ def test_a_score_does_not_depend_on_its_batch_mates(verifier: CacheVerifier) -> 
     # nothing; dynamic quantisation moved a score by up to 0.5 with them.
     np.testing.assert_allclose(together[:3], alone, rtol=0, atol=1e-6)
     assert together[0] < verifier.threshold <= together[1]
+
+
+@pytest.mark.models
+def test_a_pair_the_verifier_cannot_read_is_not_judged_but_counted(verifier: CacheVerifier) -> None:
+    verdicts = verifier.score([("今天天气怎么样", "今天天气如何"), ("how do I reset my password", "I forgot my password"),
+                               ("明天天气怎么样", "明天天气怎么样")])
+    assert verdicts.unreadable == 1, "the Chinese pair is unread; the same text twice needs no judge"
+    assert verdicts.scores[0] == 0.0 and verdicts.scores[2] == 1.0
+    assert verdicts.scores[1] > 0.0
