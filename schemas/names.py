@@ -128,6 +128,11 @@ def semantic_bound_key(model: str, version: str, scorer: str) -> str:
     return f"{TOPIC_PREFIX}:semantic-bound:{model}:{version}:{scorer}"
 
 
+def semantic_bounds_index_key(model: str) -> str:
+    """Redis set of the "<version>:<scorer>" a model's learned bounds are kept for (what the console reads)."""
+    return f"{TOPIC_PREFIX}:semantic-bounds:{model}"
+
+
 def cache_generation_key(model: str) -> str:
     """Redis counter bumped by `fleet cache clear`: workers drop their in-process tiers when it changes."""
     return f"{TOPIC_PREFIX}:cachegen:{model}"

@@ -23,6 +23,9 @@ PUBLIC = {
     "SEMANTIC_THRESHOLD": "workers.cache.semantic:DEFAULT_THRESHOLD",
     "meaning_conflict": "workers.cache.guards",
     "CacheVerifier": "workers.cache.verifier",
+    # the semantic tier's learned bounds as their workers share them (the console)
+    "bound_from_fields": "workers.cache.learned_bound",
+    "describe_bound": "workers.cache.learned_bound:describe",
     # dead letters (`fleet dlq`) and redacted traces (the console)
     "DeadLetterPolicy": "workers.delivery.dead_letters",
     "Redactor": "workers.observability.redaction",

@@ -18,6 +18,7 @@ from fleet.commands.lag import GroupLag, format_duration
 from fleet.commands.workers import state_cell
 from fleet.console.cache_rates import cache_words
 from fleet.console.lag_monitor import LagMonitor
+from fleet.console.semantic_bounds import bound_lines
 from fleet.console.throughput import ThroughputMemory, VersionFigures
 from versions import PointerState, VersionPointers
 
@@ -62,6 +63,7 @@ class ModelView:
     lag: GroupLag | None = None
     problems: list[str] = field(default_factory=list)
     figures: list[VersionFigures] = field(default_factory=list)
+    bounds: list[str] = field(default_factory=list)  # the semantic tier's learned bounds, when on
 
     @property
     def cache_text(self) -> str:
@@ -146,6 +148,8 @@ async def overview(redis: AnyRedis, monitor: LagMonitor, memory: ThroughputMemor
         if not any(o.server == "Redis" for o in gathered.outages):
             view.pointers = await gathered.read("Redis", "workers and pointers", VersionPointers(redis, name).get(), None)
             view.figures = await served_figures(redis, view, memory, gathered)
+            view.bounds = await gathered.read("Redis", "workers and pointers",
+                                              bound_lines(redis, name, {w.version for w in view.workers}), [])
         view.problems = model_problems(view)
         views.append(view)
     views.sort(key=lambda v: (not v.problems, v.name))

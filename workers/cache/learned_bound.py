@@ -139,6 +139,36 @@ def counts_from_fields(fields: Mapping[bytes | str, bytes | str | int], bins: in
     return labelled, wrong
 
 
+def bound_params(bound: LearnedBound) -> dict[str, str]:
+    """What a reader of the shared counts (the console) needs beside them to learn the same threshold."""
+    return {"delta": repr(bound.max_wrong_rate), "confidence": repr(bound.confidence), "floor": repr(bound.floor),
+            "bins": str(bound.bins)}
+
+
+def bound_from_fields(fields: Mapping[bytes | str, bytes | str | int]) -> LearnedBound | None:
+    """The bound a shared hash holds (its parameters and counts); None without its parameters."""
+    named = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else str(v))
+             for k, v in fields.items()}
+    try:
+        bins = int(named["bins"])
+        bound = LearnedBound(float(named["delta"]), float(named["confidence"]), bins, floor=float(named["floor"]))
+    except (KeyError, ValueError):
+        return None
+    bound.merge(*counts_from_fields(fields, bins))
+    return bound
+
+
+def describe(bound: LearnedBound) -> str:
+    """One line for people: what the bound promises, what it serves now, on how much evidence."""
+    wrong = sum(bound.wrong)
+    promise = f"at most {bound.max_wrong_rate:.2%} wrong with {bound.confidence:.0%} confidence"
+    threshold = bound.threshold
+    if threshold is None:
+        return (f"{promise}: cold, serves nothing yet ({bound.labels} labels, {wrong} wrong; about "
+                f"{labels_needed(bound.max_wrong_rate, bound.confidence)} right ones at a score are needed)")
+    return f"{promise}: serves scores >= {threshold:.2f} ({bound.labels} labels, {wrong} wrong)"
+
+
 def increments(labels: Iterable[tuple[float, bool]], bound: LearnedBound) -> dict[str, int]:
     """The store's field increments for a batch of labels."""
     out: dict[str, int] = {}
@@ -152,14 +182,16 @@ def increments(labels: Iterable[tuple[float, bool]], bound: LearnedBound) -> dic
 
 class SharedBound:
     """One version's bound, its counts shared by the workers through a Redis hash (fields "n:<bin>",
-    "w:<bin>": at most 2 x bins, whatever the traffic). Labels are added locally and flushed with
+    "w:<bin>": at most 2 x bins, whatever the traffic, and the bound's parameters). Labels are added locally and flushed with
     HINCRBY and the counts read back, at most every `refresh_s`. While Redis is away the last counts
     read stay in force and the increments wait (they are bounded by the bins too)."""
 
     def __init__(self, redis: AnyRedis, key: str, bound: LearnedBound, *, refresh_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, index: tuple[str, str] | None = None) -> None:
+        """`index`: (the set listing the model's bounds, this bound's member in it), for the console."""
         self._redis = redis
         self.key = key
+        self._index = index
         self.bound = bound
         self._refresh_s = refresh_s
         self._clock = clock
@@ -182,6 +214,9 @@ class SharedBound:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for name, count in self._pending.items():
                     pipe.hincrby(self.key, name, count)
+                pipe.hset(self.key, mapping=bound_params(self.bound))
+                if self._index is not None:
+                    pipe.sadd(*self._index)
                 pipe.hgetall(self.key)
                 replies = await pipe.execute()
         except (RedisError, OSError) as error:

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from aiokafka import AIOKafkaProducer
 
 from common.redis_cluster import AnyRedis
-from schemas.names import semantic_bound_key, semantic_cache_topic
+from schemas.names import semantic_bound_key, semantic_bounds_index_key, semantic_cache_topic
 from schemas.wire import CacheTier, now_ms
 from models.backends.tokenized import TokenizedBackend
 from models.registry import ModelRegistry, RegistryError
@@ -333,7 +333,8 @@ class SemanticTier:
         log.info("semantic hits of %s served under a learned bound: at most %.2f%% wrong with %.0f%% confidence, "
                  "over %s scores from %.3f up; none until the labels allow", version,
                  100 * bound.max_wrong_rate, 100 * bound.confidence, scorer, floor)
-        return SharedBound(self._redis, semantic_bound_key(self._model, version, scorer), bound)
+        return SharedBound(self._redis, semantic_bound_key(self._model, version, scorer), bound,
+                           index=(semantic_bounds_index_key(self._model), f"{version}:{scorer}"))
 
     def _report(self) -> None:
         model = self._model

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from common.settings import FleetSettings
 from gateway.client import FleetClient
-from schemas.names import semantic_cache_topic, versions_key
+from schemas.names import semantic_bounds_index_key, semantic_cache_topic, versions_key
 from schemas.wire import CacheTier, ReplyTo, Status
 from tests.integration.conftest import MODEL
 from tests.integration.versions.test_versions import send_in_order, results_of, until
@@ -216,16 +216,18 @@ async def test_a_learned_bound_serves_nothing_cold_and_serves_once_recomputed_an
         right = worker.metrics.cache.semantic_labels.labels(model=FAQ, right="true")._value.get()
         wrong = worker.metrics.cache.semantic_labels.labels(model=FAQ, right="false")._value.get()
     keys = [key async for key in redis.scan_iter(match=pattern)]
-    shared = {k.decode(): int(v) for k, v in (await redis.hgetall(keys[0])).items()} if len(keys) == 1 else {}
+    shared = {k.decode(): v.decode() for k, v in (await redis.hgetall(keys[0])).items()} if len(keys) == 1 else {}
     for key in keys:
         await redis.delete(key)
+    await redis.delete(semantic_bounds_index_key(FAQ))
     assert seeded.cache is CacheTier.miss
     assert answers[0].cache is CacheTier.miss, "a cold bound serves nothing, however close the candidate"
     assert answers[-1].cache is CacheTier.semantic, "enough right labels let the bound serve"
     assert sum(a.cache is CacheTier.miss for a in answers) >= needed, "no hit before the labels allow"
     assert all(a.outputs is not None and a.outputs["label"] == "reset_password" for a in answers)
     assert right >= needed and wrong == 0
-    assert sum(v for k, v in shared.items() if k.startswith("n:")) >= needed, "labels are shared through Redis"
+    assert sum(int(v) for k, v in shared.items() if k.startswith("n:")) >= needed, "labels are shared through Redis"
+    assert float(shared["delta"]) == delta, "with the parameters they were learnt under (the console reads them)"
 
 
 async def test_an_embedding_model_never_gets_a_semantic_cache(worker_settings: WorkerSettings,

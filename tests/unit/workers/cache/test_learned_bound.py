@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from workers.cache.learned_bound import (EXACT_LABELS, LearnedBound, binomial_cdf, chernoff_cdf_bound,
-                                         counts_from_fields, increments, labels_needed)
+from workers.cache.learned_bound import (EXACT_LABELS, LearnedBound, binomial_cdf, bound_from_fields, bound_params,
+                                         chernoff_cdf_bound, counts_from_fields, describe, increments, labels_needed)
 
 
 def _learn(bound: LearnedBound, labels: list[tuple[float, bool]]) -> None:
@@ -124,3 +124,16 @@ def test_counts_round_trip_through_the_stores_fields() -> None:
     fields[b"n:99"] = b"5"  # a bin this bound does not have (another bin count): ignored
     labelled, wrong = counts_from_fields(fields, 10)
     assert labelled == [0, 0, 0, 1, 0, 0, 0, 0, 0, 3] and wrong == [0] * 9 + [1]
+
+
+def test_a_reader_of_the_shared_hash_learns_the_same_threshold_and_says_it_in_a_line() -> None:
+    bound = LearnedBound(max_wrong_rate=0.01, floor=0.5)
+    fields: dict[str, str | int] = dict(bound_params(bound))
+    assert bound_from_fields(fields) is not None
+    assert "cold, serves nothing yet (0 labels, 0 wrong; about 299 right ones" in describe(bound_from_fields(fields))
+    _learn(bound, [(0.97, True)] * 400)
+    fields |= {f"n:{i}": n for i, n in enumerate(bound.labelled) if n}
+    read = bound_from_fields({name.encode(): str(value).encode() for name, value in fields.items()})
+    assert read is not None and read.threshold == bound.threshold == pytest.approx(0.96)
+    assert describe(read) == "at most 1.00% wrong with 95% confidence: serves scores >= 0.96 (400 labels, 0 wrong)"
+    assert bound_from_fields({b"n:3": b"5"}) is None, "counts without the parameters they were learnt under"
