@@ -26,6 +26,7 @@ from models.registry import ModelRegistry
 from workers.settings import WorkerSettings
 
 FAQ = "faq-intent"
+FAQ_MULTILINGUAL = "faq-intent-multilingual"
 SEEDS = ["How do I reset my password?", "Will I be charged if I cancel during the trial?",
          "Can I cancel within 24 hours of ordering?"]
 PARAPHRASE = "How can I reset my password?"  # cosine 0.98 to the first seed (INT8 MiniLM)
@@ -36,10 +37,10 @@ NEAR_MISSES = ["Will I not be charged if I cancel during the trial?",  # 0.985, 
 @pytest.fixture
 async def cleared(redis: Redis) -> AsyncIterator[None]:
     """Start and end on a new cache generation: entries of other tests and runs are never read."""
-    for model in (MODEL, FAQ):
+    for model in (MODEL, FAQ, FAQ_MULTILINGUAL):
         await clear_model_cache(redis, model, None)
     yield
-    for model in (MODEL, FAQ):
+    for model in (MODEL, FAQ, FAQ_MULTILINGUAL):
         await clear_model_cache(redis, model, None)
     await redis.delete(versions_key(MODEL))
 
@@ -194,6 +195,25 @@ async def test_a_chinese_negation_trap_is_refused_when_the_encoder_cannot_read_c
     assert unreadable == 2, "both Chinese texts were counted as unreadable"
     assert cache is not None and cache.entries == 1, "only the English text was cached"
     assert english.cache is CacheTier.miss and paraphrase.cache is CacheTier.semantic, "English still hits"
+
+
+async def test_with_an_encoder_that_reads_chinese_the_english_verifier_still_refuses_what_it_cannot_read(
+        client: FleetClient, cleared: None) -> None:
+    settings = faq_settings(model=FAQ_MULTILINGUAL, semantic_encoder_model="e5-embed")
+    registry = ModelRegistry(settings.registry_dir)
+    if not registry.versions(FAQ_MULTILINGUAL) or CacheVerifier.newest(registry) is None:
+        pytest.skip("faq-intent-multilingual or the cache-verifier not built; run scripts/build-models")
+    async with Serving(settings) as worker:
+        seeded = await client.infer(FAQ_MULTILINGUAL, CHINESE_SEED, timeout=60)
+        trap = await client.infer(FAQ_MULTILINGUAL, CHINESE_TRAP, timeout=60)
+        parcel = await client.infer(FAQ_MULTILINGUAL, "我的快递到哪了？", timeout=60)
+        unreadable = worker.metrics.cache.semantic_unreadable.labels(model=FAQ_MULTILINGUAL)._value.get()
+        assert worker.caches.semantic is not None
+        cache = worker.caches.semantic.cache_of(registry.resolve(FAQ_MULTILINGUAL, precision=settings.precision).id)
+    assert seeded.cache is CacheTier.miss and trap.cache is CacheTier.miss, "the negation trap is computed"
+    assert cache is not None and cache.entries == 3, "e5-embed reads Chinese: every text was cached"
+    assert unreadable >= 1, "the trap reached the verifier, which could not read it and did not judge it"
+    assert parcel.outputs is not None and parcel.outputs["label"] == "track_order"
 
 
 async def test_a_learned_bound_serves_nothing_cold_and_serves_once_recomputed_answers_allow(
