@@ -1,0 +1,246 @@
+"""`scripts/bench cache-zh`: the semantic tier on Chinese customer-service traffic, the article's own.
+
+One in-process worker of faq-intent-multilingual (INT8; a bench alias, so no other consumer shares
+its topic) with the semantic cache on and e5-embed as its encoder, fed the stream of
+fleet_dev/bench/cache_chinese_stream.py one request at a time through the Python client, under
+three settings, each from an empty cache:
+
+    shipped default       the English cache-verifier decides (it cannot read Chinese: nothing is served)
+    learned bound         no verifier; the learned bound (δ 1%, 95%) over e5-embed's cosine decides
+    cosine and guards     no verifier, no bound: cosine >= 0.90 and the guards (what used to happen)
+
+Every semantic hit is recomputed offline by the same model version, and a hit whose label differs
+is a wrong answer served. Printed per setting: the share answered by the semantic tier (goal
+>= 10%), the wrong answers served among all answers (goal <= 1%), exact hits; the learned bound's
+threshold and labels are sampled as the stream goes and drawn beside the shares
+(<home>/bench/cache-zh.png, the figures in cache-zh.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.clients import redis_client
+from common.redis_cluster import AnyRedis
+from common.settings import FleetSettings
+from fleet.tables import format_table
+from fleet_dev.bench.cache_chinese_stream import Query, chinese_stream, fresh_questions, load_groups
+from fleet_dev.bench.cache_setup import check_stack
+from fleet_dev.bench.fleet_process import bench_alias
+from gateway.client import FleetClient
+from models.loading import ModelLoader
+from models.registry import ModelNotFound, ModelRegistry
+from schemas.names import semantic_bound_key, semantic_bounds_index_key
+from schemas.wire import CacheTier
+from workers import WorkerSettings, bound_from_fields, clear_model_cache
+from workers.worker import Worker
+
+MODEL, ENCODER, VERIFIER = "faq-intent-multilingual", "e5-embed", "cache-verifier"
+BENCH_MODEL = "faq-intent-multilingual-bench"
+SETTINGS: dict[str, dict[str, Any]] = {
+    "shipped default": {},
+    "learned bound": {"semantic_verifier": False, "semantic_max_wrong_rate": 0.01},
+    "cosine and guards": {"semantic_verifier": False},
+}
+MIN_SEMANTIC_SHARE, MAX_WRONG_SHARE = 0.10, 0.01
+SAMPLE_EVERY = 50  # requests between two readings of the learned bound
+
+
+@dataclass
+class Run:
+    setting: str
+    requests: int = 0
+    semantic: int = 0
+    semantic_wrong: int = 0
+    exact: int = 0
+    traps_served: int = 0
+    errors: int = 0
+    bound: list[tuple[int, int, float]] = field(default_factory=list)  # (requests so far, labels, threshold or NaN)
+
+    @property
+    def semantic_share(self) -> float:
+        return self.semantic / self.requests if self.requests else math.nan
+
+    @property
+    def wrong_share(self) -> float:
+        return self.semantic_wrong / self.requests if self.requests else math.nan
+
+
+def worker_settings(settings: FleetSettings, aliases: ModelRegistry, changes: dict[str, Any]) -> WorkerSettings:
+    base = WorkerSettings(model=BENCH_MODEL, model_dir=aliases.root.resolve(), precision="int8",
+                          kafka_bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url, home=settings.home,
+                          semantic_cache=True, semantic_encoder_model=ENCODER, semantic_only_when_paying=False,
+                          max_queue_delay_ms=5, session_timeout_ms=6000)
+    return base.model_copy(update=changes)
+
+
+async def forget(redis: AnyRedis, model: str) -> None:
+    """An empty cache and unlearnt bounds: each setting starts cold."""
+    await clear_model_cache(redis, model, None)
+    for member in await redis.smembers(semantic_bounds_index_key(model)):
+        version, _, scorer = (member.decode() if isinstance(member, bytes) else member).partition(":")
+        await redis.delete(semantic_bound_key(model, version, scorer))
+    await redis.delete(semantic_bounds_index_key(model))
+
+
+async def bound_now(redis: AnyRedis, model: str) -> tuple[int, float] | None:
+    for member in await redis.smembers(semantic_bounds_index_key(model)):
+        version, _, scorer = (member.decode() if isinstance(member, bytes) else member).partition(":")
+        bound = bound_from_fields(await redis.hgetall(semantic_bound_key(model, version, scorer)))
+        if bound is not None:
+            threshold = bound.threshold
+            return bound.labels, math.nan if threshold is None else threshold
+    return None
+
+
+async def run_setting(name: str, settings: WorkerSettings, stream: Sequence[Query], client: FleetClient,
+                      redis: AnyRedis) -> tuple[Run, list[tuple[str, str]]]:
+    """The stream through one worker; returns the run and each semantic hit's (text, label served)."""
+    await forget(redis, BENCH_MODEL)
+    run, hits = Run(name), []
+    worker = Worker(settings)
+    await worker.start()
+    task = asyncio.create_task(worker.run())
+    try:
+        for index, query in enumerate(stream, start=1):
+            result = await client.infer(BENCH_MODEL, query.text, timeout=60)
+            run.requests += 1
+            if result.outputs is None:
+                run.errors += 1
+            elif result.cache is CacheTier.semantic:
+                run.semantic += 1
+                run.traps_served += query.kind == "trap"
+                hits.append((query.text, str(result.outputs["label"])))
+            elif result.cache is CacheTier.exact:
+                run.exact += 1
+            if index % SAMPLE_EVERY == 0:
+                if (reading := await bound_now(redis, BENCH_MODEL)) is not None:
+                    run.bound.append((index, *reading))
+                print(f"  {name}: {index}/{len(stream)} requests, {run.semantic} semantic hits", flush=True)
+    finally:
+        worker.request_stop()
+        await task
+        await worker.stop()
+    return run, hits
+
+
+def count_wrong(run: Run, hits: list[tuple[str, str]], settings: WorkerSettings) -> None:
+    """Recompute every semantic hit with the served version: a different label is a wrong answer."""
+    if not hits:
+        return
+    backend = ModelLoader(settings.runtime()).load()
+    labels = backend.manifest.labels
+    assert labels is not None
+    rows = backend.infer([text for text, _ in hits])
+    computed = [labels[int(i)] for i in np.argmax(rows, axis=1)]
+    run.semantic_wrong = sum(served != right for (_, served), right in zip(hits, computed, strict=True))
+
+
+def table(runs: Sequence[Run]) -> str:
+    rows = [(r.setting, str(r.requests), f"{r.semantic_share:.1%}", f"{r.semantic_wrong} ({r.wrong_share:.2%})",
+             str(r.traps_served), f"{r.exact / r.requests:.1%}" if r.requests else "-",
+             "yes" if r.semantic_share >= MIN_SEMANTIC_SHARE and r.wrong_share <= MAX_WRONG_SHARE else "no")
+            for r in runs]
+    header = ("setting", "requests", "semantic", "wrong served", "traps served", "exact", "goals met")
+    return (f"goals: semantic >= {MIN_SEMANTIC_SHARE:.0%} of answers, wrong answers served <= {MAX_WRONG_SHARE:.0%}\n"
+            + format_table(header, rows, right=header[1:6]))
+
+
+def draw(runs: Sequence[Run], path: Path) -> Path | None:
+    try:
+        from fleet_dev.bench.plots import pyplot
+        plt = pyplot()
+    except ImportError:
+        print("no plot: matplotlib is not installed (pip install -e '.[plots]')", file=sys.stderr)
+        return None
+    figure, (shares, bound) = plt.subplots(1, 2, figsize=(11, 4))
+    x = np.arange(len(runs))
+    shares.bar(x - 0.2, [100 * r.semantic_share for r in runs], 0.4, label="answered by the semantic tier", color="#26a69a")
+    shares.bar(x + 0.2, [100 * r.wrong_share for r in runs], 0.4, label="wrong answers served", color="#e57373")
+    shares.axhline(100 * MIN_SEMANTIC_SHARE, color="#26a69a", linestyle=":", linewidth=1)
+    shares.axhline(100 * MAX_WRONG_SHARE, color="#e57373", linestyle=":", linewidth=1)
+    shares.set_xticks(x, [r.setting for r in runs])
+    shares.set_ylabel("% of requests")
+    shares.legend(fontsize=8)
+    learned = next((r for r in runs if r.bound), None)
+    if learned is not None:
+        steps = [step for step, _, _ in learned.bound]
+        bound.plot(steps, [t for _, _, t in learned.bound], color="#3f51b5", label="threshold (gap: cold)")
+        bound.set_ylabel("learned cosine threshold")
+        bound.set_ylim(0.5, 1.0)
+        if all(math.isnan(t) for _, _, t in learned.bound):
+            bound.text(0.5, 0.5, "cold all along: it served nothing", transform=bound.transAxes, ha="center",
+                       color="#3f51b5")
+        labels_axis = bound.twinx()
+        labels_axis.plot(steps, [n for _, n, _ in learned.bound], color="#9e9e9e", linestyle="--", label="labels")
+        labels_axis.set_ylabel("labels")
+        bound.set_xlabel("requests")
+        bound.set_title(f"{learned.setting}: the bound as the stream goes", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    settings = FleetSettings()
+    await check_stack(settings)
+    registry, aliases = ModelRegistry(settings.registry_dir), ModelRegistry(settings.home / "bench" / "models-zh")
+    try:
+        bench_alias(registry, registry.resolve(MODEL, None, "int8"), aliases, BENCH_MODEL)
+        bench_alias(registry, registry.resolve(ENCODER, None, "int8"), aliases, ENCODER)
+        bench_alias(registry, registry.resolve(VERIFIER, None, "int8"), aliases, VERIFIER)
+    except ModelNotFound as missing:
+        raise SystemExit(f"{missing}; build the models with scripts/build-models") from None
+    stream = chinese_stream(load_groups(), fresh_questions(), args.requests, args.seed)
+    kinds = {kind: sum(q.kind == kind for q in stream) for kind in ("new", "repeat", "paraphrase", "trap")}
+    print(f"stream of {len(stream)} Chinese requests (seed {args.seed}): " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    redis = redis_client(settings)
+    runs = []
+    try:
+        async with FleetClient() as client:
+            for name in args.setting or list(SETTINGS):
+                served = worker_settings(settings, aliases, SETTINGS[name])
+                run, hits = await run_setting(name, served, stream, client, redis)
+                count_wrong(run, hits, served)
+                runs.append(run)
+    finally:
+        await forget(redis, BENCH_MODEL)
+        await redis.aclose()
+    print(table(runs))
+    out = args.json or settings.home / "bench" / "cache-zh.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"started": datetime.now().isoformat(timespec="seconds"), "stream": kinds,
+                               "seed": args.seed, "runs": [asdict(r) for r in runs]}, indent=1))
+    print(f"figures: {out}")
+    if (plot := draw(runs, out.with_suffix(".png"))) is not None:
+        print(f"plot: {plot}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench cache-zh", description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1200, help="requests of the stream (default 1200)")
+    parser.add_argument("--quick", action="store_true", help="400 requests")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--setting", action="append", choices=list(SETTINGS), help="only this one (repeatable)")
+    parser.add_argument("--json", type=Path, help="default <home>/bench/cache-zh.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests = 400
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
