@@ -11,8 +11,9 @@ and the throughput's are measured from the end.
                    its bulk partitions are paused for the interactive lane: nothing is lost
     batch          a batch job on the bulk lane while a worker is SIGKILLed, Kafka restarts and the
                    other worker is SIGSTOPped past its session and woken: the job's output has every
-                   line once; with --exactly-once bulk (Kafka transactions), so has a read_committed
-                   reader of its results topic (a read_uncommitted reader's count is printed beside)
+                   line once; with Kafka transactions (--exactly-once bulk, the default), so has a
+                   read_committed reader of its results topic (a read_uncommitted reader's count is
+                   printed beside)
     http           malformed HTTP requests to the gateway
 """
 
