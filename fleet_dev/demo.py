@@ -1,7 +1,8 @@
 """`scripts/demo`: the fleet end to end on the local stack.
 
 Starts a gateway and two workers as real processes, sends requests three ways (HTTP sync
-infer, the Python client, a pipeline through a results topic) and prints what happened. The
+infer, the Python client, a pipeline through a results topic) and prints what happened; then asks
+a worker of faq-intent-multilingual a few questions in Chinese, the article's language. The
 HTTP requests carry an API key of tenant `demo`, made as `fleet keys create` makes them and
 revoked when the demo ends; only its key id is printed.
 
@@ -44,6 +45,8 @@ from schemas.names import DEFAULT_RESULTS_TOPIC
 from schemas.wire import CacheTier, Result, Status, now_ms
 
 MODEL = "minilm-embed"
+CHINESE_MODEL = "faq-intent-multilingual"  # e5-embed and a head over 20 customer-service intents
+CHINESE_QUESTIONS = ("我的快递到哪了？", "忘记密码了怎么办", "不想要两步验证了", "刚下的单不要了")
 DEMO_TENANT = "demo"
 SUBJECTS = ["my parcel", "order 4411", "my refund", "the invoice", "my password", "the subscription", "my card",
             "delivery to Berlin", "the warranty", "my account"]
@@ -201,6 +204,14 @@ async def send_all(settings: ClientSettings, url: str, texts: list[str], concurr
     return reports
 
 
+async def ask_in_chinese(settings: ClientSettings) -> list[tuple[str, str]]:
+    """A few customer-service questions in Chinese, and the intent the multilingual classifier gives each."""
+    async with FleetClient(settings) as client:
+        results = [await client.infer(CHINESE_MODEL, question, timeout=30) for question in CHINESE_QUESTIONS]
+    return [(question, str(result.outputs["label"]) if result.outputs else result.status.value)
+            for question, result in zip(CHINESE_QUESTIONS, results, strict=True)]
+
+
 async def run(requests: int, concurrency: int) -> int:
     settings = ClientSettings()
     log_dir = settings.home / "demo"
@@ -209,22 +220,25 @@ async def run(requests: int, concurrency: int) -> int:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     fleet = Fleet(log_dir)
-    print(f"starting gateway on :{port} and 2 workers (logs in {log_dir}/)")
+    print(f"starting gateway on :{port}, 2 workers of {MODEL} and 1 of {CHINESE_MODEL} (logs in {log_dir}/)")
     fleet.spawn("gateway", "gateway.main", {"FLEET_PORT": str(port)})
     for n in (1, 2):
         fleet.spawn(f"worker-{n}", "workers.main", {"FLEET_WORKER_ID": f"demo-worker-{n}", "FLEET_MODEL": MODEL})
+    fleet.spawn("worker-zh", "workers.main", {"FLEET_WORKER_ID": "demo-worker-zh", "FLEET_MODEL": CHINESE_MODEL})
     try:
-        for n in (1, 2):
-            fleet.wait_ready(f"worker-{n}", "ready:")
+        for name in ("worker-1", "worker-2", "worker-zh"):
+            fleet.wait_ready(name, "ready:")
         url = f"http://127.0.0.1:{port}"
         await wait_for_gateway(url)
         reports = await send_all(settings, url, queries(requests, secrets.token_hex(3)), concurrency)
+        chinese = await ask_in_chinese(settings)
     finally:
         exit_codes = fleet.stop()
     every = [r for report in reports for r in report.results]
     print("\n" + format_table(TABLE_HEADERS, [report.cells() for report in reports]))
     print("\n" + "\n".join(how_answered(every)))
     print(f"served by: {dict(Counter(r.worker for r in every))}; model version: {sorted({r.version or '?' for r in every})}")
+    print(f"\nthe article's language, through {CHINESE_MODEL}:\n" + format_table(("question", "intent"), chinese))
     print(f"shutdown after SIGTERM: {exit_codes}")
     errors = [e for report in reports for e in report.errors] + [r.id for r in every if r.status is not Status.ok]
     print("\nwhere to look next: gateway docs at /docs (start it with `fleet-gateway`), logs in "
