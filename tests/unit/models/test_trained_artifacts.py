@@ -11,7 +11,7 @@ import pytest
 
 from fleet_dev.train_models import MIN_COSINE_NOISE, MIN_LOGIT_NOISE
 from fleet_dev.verifier_gates import PINNED_SETS
-from models.build.faq_data import load_faq_dataset
+from models.build.faq_data import FAQ_DATA_FILE, FAQ_ZH_DATA_FILE, load_faq_dataset, load_faq_datasets
 from models.build.trained import (
     RECORD_FILE,
     TRAINED_DIR,
@@ -22,7 +22,7 @@ from models.build.trained import (
 )
 from models.build.verifier_data import load_verifier_dataset
 
-SHIPPED = ("faq-intent", "cache-verifier")
+SHIPPED = ("faq-intent", "faq-intent-multilingual", "cache-verifier")
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -39,6 +39,8 @@ def test_the_shipped_artifacts_learnt_from_the_data_in_the_repository() -> None:
     version: run scripts/train-models and commit what it writes."""
     assert read_record("cache-verifier").training_data == load_verifier_dataset().version
     assert read_record("faq-intent").training_data == load_faq_dataset().version
+    assert read_record("faq-intent-multilingual").training_data == \
+        load_faq_datasets((FAQ_DATA_FILE, FAQ_ZH_DATA_FILE)).version
 
 
 def test_the_shipped_verifier_met_every_pinned_target_with_a_margin() -> None:
