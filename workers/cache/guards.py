@@ -9,8 +9,9 @@ them apart without also refusing most real paraphrases, so a semantic hit must a
 - identifiers: e-mail addresses, URLs and tokens mixing letters and digits (order ids,
   tracking numbers) must be the same sets;
 - numbers: digits (``1,000`` = ``1000`` = ``1k``; ``10.00`` = ``10``), number words
-  ("twenty five", "a hundred", "twice"), ordinals ("3rd", "third") and times of day with
-  am/pm ("7 am" = "7:00 a.m." but != "7 pm"; noon, midnight) must be the same sets;
+  ("twenty five", "a hundred", "twice"), ordinals ("3rd", "third"), Chinese numerals
+  (三 = 3, 两百 = 200, 二〇二四 = 2024: "3天" and "三天" agree, "两件" and "三件" do not) and
+  times of day with am/pm ("7 am" = "7:00 a.m." but != "7 pm"; noon, midnight) must be the same sets;
 - negation: a negation ("not", "n't", "never", "no", "without", "unable", ...) in one text
   and none in the other, or a word negated by its prefix ("authorized" vs "unauthorized",
   "eligible" vs "ineligible");
@@ -270,7 +271,7 @@ def features(text: str) -> Features:
                 identifiers.add(token)
         else:
             words.append(CURRENCY_WORDS.get(token, token))
-    numbers |= _number_words(words)
+    numbers |= _number_words(words) | _chinese_numbers(text)
     word_set = frozenset(w.replace("'", "") for w in words) | frozenset(words)
     negated = any(w in NEGATIONS or w.endswith("n't") for w in word_set)
     spelled = frozenset(w.lower() for w in _WORD.findall(text))
@@ -347,6 +348,33 @@ def _number_words(words: list[str]) -> set[str]:
             found.add(str(total + current))
         run = []
     return found
+
+
+_CHINESE_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
+                   "九": 9}
+_CHINESE_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10_000, "亿": 100_000_000}
+_CHINESE_NUMERAL = re.compile(f"[{''.join(_CHINESE_DIGITS)}{''.join(_CHINESE_UNITS)}]+")
+
+
+def _chinese_numbers(text: str) -> set[str]:
+    """Values of runs of Chinese numerals ("三" -> 3, "两百" -> 200, "二〇二四" -> 2024). A lone 一 is
+    "a", "once" or "the same" (一下, 一起, 一样) far more often than a count, as a lone "one" is."""
+    return {str(_chinese_value(run)) for run in _CHINESE_NUMERAL.findall(text) if run != "一"}
+
+
+def _chinese_value(run: str) -> int:
+    if not any(ch in _CHINESE_UNITS for ch in run):
+        return int("".join(str(_CHINESE_DIGITS[ch]) for ch in run))  # digit by digit: a year, a code
+    total = section = number = 0
+    for ch in run:
+        if ch in _CHINESE_DIGITS:
+            number = _CHINESE_DIGITS[ch]
+        elif (unit := _CHINESE_UNITS[ch]) >= 10_000:
+            total, section = total + (section + number) * unit, 0
+            number = 0
+        else:
+            section, number = section + (number or 1) * unit, 0
+    return total + section + number
 
 
 def _diff(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> str:

@@ -128,3 +128,17 @@ def test_the_evaluation_set_is_large_enough_and_tagged() -> None:
     assert kinds == {"number", "negation", "opposite", "entity"}
     flagged = sum(meaning_conflict(p["a"], p["b"]) is not None for p in data["near_misses"] if p["split"] == "dev")
     assert flagged / sum(p["split"] == "dev" for p in data["near_misses"]) >= 0.95
+
+
+@pytest.mark.parametrize(("a", "b"), [("买两件打几折", "买三件打几折"), ("这个商品保修一年吗？", "这个商品保修三年吗？"),
+                                      ("第一次下单有优惠吗", "第二次下单有优惠吗"), ("满两百减三十", "满两百减二十")])
+def test_chinese_numerals_that_differ_are_a_conflict(a: str, b: str) -> None:
+    reason = meaning_conflict(a, b)
+    assert reason is not None and reason.startswith("numbers differ")
+
+
+@pytest.mark.parametrize(("a", "b"), [("退款申请了3天了还没到账", "三天前申请的退款现在还没到"),
+                                      ("满200减30的券怎么用", "满两百减三十的优惠券如何使用"),
+                                      ("帮我查一下订单", "帮我查查订单"), ("二〇二四年的发票", "2024年的发票")])
+def test_chinese_numerals_and_digits_of_the_same_value_agree_and_a_lone_yi_is_no_count(a: str, b: str) -> None:
+    assert meaning_conflict(a, b) is None
