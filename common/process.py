@@ -29,6 +29,9 @@ class ExitCode(IntEnum):
     WRONG_INSTALL = 6  # the installed libraries cannot serve the settings (e.g. device cuda on the CPU flavour)
 
 
+BACKGROUND_STOP_S = 5.0  # what a process's stop waits for a background loop that swallowed its cancel
+
+
 async def cancel_within(tasks: Collection["asyncio.Task[Any]"], within_s: float) -> None:
     """Cancel `tasks` and wait at most `within_s` for them to end, cancelling again those still running:
     a background loop that retries through Redis outages may swallow one cancellation (on Python 3.11,

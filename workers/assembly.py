@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from common.clients import new_producer
+from common.process import BACKGROUND_STOP_S, cancel_within
 from common.redis_cluster import AnyRedis
 from models.backends.base import Backend
 from models.loading import ModelLoader
@@ -64,8 +65,8 @@ class WorkerParts:
 
 
 async def _cancelled(task: "asyncio.Task[None]") -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    # A loop that retries through Redis outages can swallow one cancel: a worker's stop once hung here.
+    await cancel_within([task], BACKGROUND_STOP_S)
 
 
 def serving_set(settings: WorkerSettings, first: Backend, load_version: Callable[[str], Backend], loader: ModelLoader,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
 
+from common.process import BACKGROUND_STOP_S, cancel_within
 from common.redis_cluster import AnyRedis
 from schemas.names import cache_generation_key
 from schemas.wire import CacheTier, Result, now_ms
@@ -84,8 +85,7 @@ class BatchCaches:
 
     async def stop(self) -> None:
         if self._refreshing is not None:
-            self._refreshing.cancel()
-            await asyncio.gather(self._refreshing, return_exceptions=True)
+            await cancel_within([self._refreshing], BACKGROUND_STOP_S)
             self._refreshing = None
         if self.semantic is not None:
             await self.semantic.stop()

@@ -10,8 +10,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 
-from common.redis_cluster import AnyRedis
 from common.heartbeats import HealthState
+from common.process import BACKGROUND_STOP_S, cancel_within
+from common.redis_cluster import AnyRedis
 from workers.health.monitor import HealthMonitor
 from common.heartbeats import BeatFields, is_drained
 from workers.health.heartbeat import Heartbeat
@@ -52,9 +53,7 @@ class Supervisor:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_within(tasks, BACKGROUND_STOP_S)
         try:
             await self._heartbeat.remove()
         except Exception as exc:  # the heartbeat expires by itself anyway
@@ -95,8 +94,7 @@ async def beat_failed(redis: AnyRedis, settings: WorkerSettings, worker_id: str,
     beating = asyncio.create_task(heartbeat.run(settings.heartbeat_interval_s, lambda: fields))
 
     async def stop_beating() -> None:
-        beating.cancel()
-        await asyncio.gather(beating, return_exceptions=True)
+        await cancel_within([beating], BACKGROUND_STOP_S)
         await heartbeat.remove()
 
     return stop_beating

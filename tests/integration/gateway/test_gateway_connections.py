@@ -96,7 +96,8 @@ def test_headers_that_stop_half_way_are_408(gateway: tuple[int, str]) -> None:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-    assert READ_TIMEOUT_S <= time.monotonic() - started < READ_TIMEOUT_S + 4
+    # asyncio fires a timer up to its clock resolution early: a CI run saw the 408 after 0.9999 s of 1 s.
+    assert READ_TIMEOUT_S - 0.05 <= time.monotonic() - started < READ_TIMEOUT_S + 4
 
 
 def test_a_stalled_body_gives_its_tenants_quota_back(gateway: tuple[int, str]) -> None:
