@@ -14,8 +14,8 @@ def built_registry() -> ModelRegistry:
     return ModelRegistry(root if root.is_absolute() else REPO_ROOT / root)
 
 
-def resolve_or_skip(registry: ModelRegistry, precision: str) -> ModelManifest:
+def resolve_or_skip(registry: ModelRegistry, precision: str, model: str = MODEL_NAME) -> ModelManifest:
     try:
-        return registry.resolve(MODEL_NAME, precision=precision)
+        return registry.resolve(model, precision=precision)
     except ModelNotFound as error:
-        pytest.skip(f"no built {precision} model in {registry.root}; run scripts/build-models first ({error})")
+        pytest.skip(f"no built {precision} {model} in {registry.root}; run scripts/build-models first ({error})")

@@ -85,19 +85,21 @@ def worker_settings(settings: FleetSettings, aliases: ModelRegistry, changes: di
     return base.model_copy(update=changes)
 
 
+async def bound_keys(redis: AnyRedis, model: str) -> list[str]:
+    """The hashes of the model's learned bounds, from the index its workers keep."""
+    members = [m.decode() if isinstance(m, bytes) else m for m in await redis.smembers(semantic_bounds_index_key(model))]
+    return [semantic_bound_key(model, *member.split(":", 1)) for member in members]
+
+
 async def forget(redis: AnyRedis, model: str) -> None:
     """An empty cache and unlearnt bounds: each setting starts cold."""
     await clear_model_cache(redis, model, None)
-    for member in await redis.smembers(semantic_bounds_index_key(model)):
-        version, _, scorer = (member.decode() if isinstance(member, bytes) else member).partition(":")
-        await redis.delete(semantic_bound_key(model, version, scorer))
-    await redis.delete(semantic_bounds_index_key(model))
+    await redis.delete(*await bound_keys(redis, model), semantic_bounds_index_key(model))
 
 
 async def bound_now(redis: AnyRedis, model: str) -> tuple[int, float] | None:
-    for member in await redis.smembers(semantic_bounds_index_key(model)):
-        version, _, scorer = (member.decode() if isinstance(member, bytes) else member).partition(":")
-        bound = bound_from_fields(await redis.hgetall(semantic_bound_key(model, version, scorer)))
+    for key in await bound_keys(redis, model):
+        bound = bound_from_fields(await redis.hgetall(key))
         if bound is not None:
             threshold = bound.threshold
             return bound.labels, math.nan if threshold is None else threshold

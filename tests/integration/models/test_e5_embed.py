@@ -10,7 +10,7 @@ from models.backends.onnx import OnnxEmbeddingBackend
 from models.backends.tokenized import BatchTokenizer
 from models.build.e5 import E5_MODEL_NAME
 from models.registry import ModelManifest, ModelNotFound, ModelRegistry
-from tests.built_models import MODEL_NAME, built_registry
+from tests.built_models import MODEL_NAME, built_registry, resolve_or_skip
 
 WEATHER = "今天天气怎么样"
 WEATHER_PARAPHRASE = "今天天气如何"
@@ -22,22 +22,15 @@ def registry() -> ModelRegistry:
     return built_registry()
 
 
-def resolve_e5_or_skip(registry: ModelRegistry, precision: str) -> ModelManifest:
-    try:
-        return registry.resolve(E5_MODEL_NAME, precision=precision)
-    except ModelNotFound as error:
-        pytest.skip(f"no built {precision} {E5_MODEL_NAME} in {registry.root}; run scripts/build-models first ({error})")
-
-
 @pytest.fixture(scope="module")
 def manifest(registry: ModelRegistry) -> ModelManifest:
-    return resolve_e5_or_skip(registry, "fp32")
+    return resolve_or_skip(registry, "fp32", E5_MODEL_NAME)
 
 
 @pytest.fixture(scope="module", params=["fp32", "int8"])
 def backend(registry: ModelRegistry, request: pytest.FixtureRequest) -> OnnxEmbeddingBackend:
     # INT8 is what the semantic cache loads by default (FLEET_SEMANTIC_ENCODER_PRECISION).
-    return OnnxEmbeddingBackend.load(registry, resolve_e5_or_skip(registry, request.param))
+    return OnnxEmbeddingBackend.load(registry, resolve_or_skip(registry, request.param, E5_MODEL_NAME))
 
 
 @pytest.mark.models

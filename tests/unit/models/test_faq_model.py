@@ -12,14 +12,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from tests.built_models import built_registry
+from tests.built_models import built_registry, resolve_or_skip
 from models.loading import ModelLoader
 from models.backends.onnx import OnnxEmbeddingBackend
 from models.build.faq import FAQ_MODEL_NAME, HELDOUT_MIN_ACCURACY, check_heldout_accuracy
 from models.build.faq_data import load_faq_dataset
 from models.build.head import PROBABILITIES, HeadHyperparameters, append_head, train_head
 from models.build.provenance import code_commit
-from models.registry import ModelManifest, ModelNotFound, ModelRegistry, RegistryError
+from models.registry import ModelManifest, ModelRegistry, RegistryError
 from workers.settings import WorkerSettings
 
 # Paraphrases written for this test, plus one held-out example; none is a training example.
@@ -33,13 +33,6 @@ QUERIES = {
 }
 
 
-def _resolve_or_skip(registry: ModelRegistry, precision: str) -> ModelManifest:
-    try:
-        return registry.resolve(FAQ_MODEL_NAME, precision=precision)
-    except ModelNotFound as error:
-        pytest.skip(f"no built {precision} {FAQ_MODEL_NAME} in {registry.root}; run scripts/build-models first ({error})")
-
-
 @pytest.fixture(scope="module")
 def registry() -> ModelRegistry:
     return built_registry()
@@ -47,12 +40,12 @@ def registry() -> ModelRegistry:
 
 @pytest.fixture(scope="module")
 def fp32(registry: ModelRegistry) -> ModelManifest:
-    return _resolve_or_skip(registry, "fp32")
+    return resolve_or_skip(registry, "fp32", FAQ_MODEL_NAME)
 
 
 @pytest.fixture(scope="module")
 def int8(registry: ModelRegistry) -> ModelManifest:
-    return _resolve_or_skip(registry, "int8")
+    return resolve_or_skip(registry, "int8", FAQ_MODEL_NAME)
 
 
 # --- the data set and the pure build logic -------------------------------------------------
@@ -162,7 +155,7 @@ def test_the_int8_version_derives_from_the_fp32_one(fp32: ModelManifest, int8: M
 @pytest.mark.models
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_queries_classify_through_the_serving_loader(registry: ModelRegistry, precision: str) -> None:
-    _resolve_or_skip(registry, precision)
+    resolve_or_skip(registry, precision, FAQ_MODEL_NAME)
     settings = WorkerSettings(model=FAQ_MODEL_NAME, precision=precision, model_dir=registry.root)  # type: ignore[arg-type]
     backend = ModelLoader(settings.runtime()).load()
     assert isinstance(backend, OnnxEmbeddingBackend)
