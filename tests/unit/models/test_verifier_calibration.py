@@ -86,3 +86,21 @@ def test_the_margin_keeps_the_upper_confidence_bound_within_the_target() -> None
 def test_the_upper_bound_is_above_the_rate_and_shrinks_with_more_pairs() -> None:
     assert upper_bound(0, 100) > 0 and upper_bound(10, 100) > 0.1
     assert upper_bound(10, 1000) < upper_bound(1, 100)
+
+
+def test_each_language_is_held_to_the_target_not_only_their_pool() -> None:
+    from models.build.verifier_calibration import calibrate_by_language
+    from models.build.verifier_pairs import PairExample
+
+    english = [PairExample(f"q{i}", f"r{i}", "entity", "calibration") for i in range(200)]
+    chinese = [PairExample(f"问{i}", f"答{i}", "negation", "calibration") for i in range(20)]
+    hits = [PairExample(f"a{i}", f"b{i}", "paraphrase", "calibration") for i in range(10)] + \
+        [PairExample(f"甲{i}", f"乙{i}", "paraphrase", "calibration") for i in range(10)]
+    pairs = [*english, *chinese, *hits]
+    # The Chinese traps score high: pooled, 1% of 220 traps would let two of them through.
+    scores = np.array([0.1] * 200 + [0.5 + 0.02 * i for i in range(20)] + [0.99] * 20, dtype=np.float32)
+    point, figures = calibrate_by_language(pairs, scores, 0.01)
+    assert point.threshold > 0.88 and figures["heldout_false_hits_zh"] == 0.0
+    assert figures["heldout_should_hit_en"] == 1.0 and figures["heldout_should_hit_zh"] == 1.0
+    alone, none = calibrate_by_language([*english, *hits[:10]], scores[[*range(200), *range(220, 230)]], 0.01)
+    assert alone.threshold <= 0.1 + 1e-6 and none == {}, "one language: as before, no per-language figures"
