@@ -25,6 +25,7 @@ from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, Pair, Vectors, l
 _ROOT = Path(__file__).resolve().parents[1]
 TRAINED_SETS = _ROOT / "models" / "build" / "data" / "written_pairs" / "train"
 HONEST_SETS = _ROOT / "tests" / "data"
+CHINESE_PAIRS = _ROOT / "workers" / "cache" / "data" / "semantic_pairs_zh.json"
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,16 @@ class PinnedSet:
     max_traps: float
     min_should_hit: float
     why: str
+    split: str | None = None  # only the pairs of this split
+
+    @property
+    def record_key(self) -> str:
+        """The name as a trained record's figures spell it."""
+        return self.name.replace(" ", "_").replace(":", "").replace("(", "").replace(")", "")
 
     def pairs(self) -> list[Pair]:
-        return [pair for path in self.files for pair in load_pairs(path)]
+        return [pair for path in self.files for pair in load_pairs(path)
+                if self.split is None or pair.split == self.split]
 
 
 PINNED_SETS = (
@@ -52,6 +60,16 @@ PINNED_SETS = (
               "faq-intent test questions against their nearest questions: another intent worded apart"),
     PinnedSet("known gap: sets 32-33", tuple(HONEST_SETS / f"outsider_pairs_{n}.json" for n in (32, 33)), 0.12, 0.0,
               "another task on the same object, or roles reversed: a known gap this bound keeps from widening"),
+)
+
+
+# The multilingual verifier, with e5-embed as the encoder (as a worker pairs them).
+MULTILINGUAL_PINNED_SETS = (
+    PinnedSet("Chinese holdout pairs", (CHINESE_PAIRS,), 0.01, 0.40,
+              "written apart from the Chinese training sets (negation, entity, number, time, opposite); in no "
+              "training or calibration", split="holdout"),
+    PinnedSet("honest sets 5-7 (e5)", PINNED_SETS[2].files, 0.01, 0.40, "the English honest sets through e5-embed"),
+    PinnedSet("set 40 (e5)", PINNED_SETS[3].files, 0.01, 0.40, "the blind English set through e5-embed"),
 )
 
 
