@@ -117,6 +117,8 @@ class WorkerSettings(ModelMemberSettings):
     semantic_verifier: bool = Field(True, description="Let the registered cache-verifier (a cross-encoder built by "
                                     "scripts/build-models) decide among the nearest candidates; without one built, "
                                     "the cosine threshold and the guards decide alone")
+    semantic_verifier_model: str = Field("cache-verifier", description="The registered cache verifier to load: "
+                                         "cache-verifier (English) or one calibrated for your languages")
     semantic_recall_threshold: float = Field(0.55, gt=0, le=1, description="Least cosine similarity of a candidate "
                                              "the verifier judges (replaces semantic_threshold while a verifier is "
                                              "loaded); see `fleet cache-eval`")

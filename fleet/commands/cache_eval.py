@@ -109,11 +109,13 @@ class Embedded:
     unreadable: frozenset[str]  # texts a worker would neither look up nor cache
 
 
-def embed_all(texts: list[str], registry_dir: Path | None = None) -> Embedded:
-    """Every text through the semantic cache's encoder, as a worker's settings name it."""
+def embed_all(texts: list[str], registry_dir: Path | None = None, encoder_model: str | None = None) -> Embedded:
+    """Every text through the semantic cache's encoder, as a worker's settings name it (or `encoder_model`)."""
     from models import ModelLoader, infer_in_chunks
 
     where = {} if registry_dir is None else {"model_dir": registry_dir}
+    if encoder_model is not None:
+        where["semantic_encoder_model"] = encoder_model
     settings = WorkerSettings(model="minilm-embed", precision="int8", warmup=False, **where)
     encoder = ModelLoader(settings.runtime()).load_encoder(settings.semantic_encoder_model,
                                                            settings.semantic_encoder_precision)
@@ -127,7 +129,8 @@ def embed_all(texts: list[str], registry_dir: Path | None = None) -> Embedded:
 def open_verifier() -> CacheVerifier | None:
     from models import ModelRegistry
 
-    return CacheVerifier.newest(ModelRegistry(WorkerSettings(model="minilm-embed").registry_dir))
+    settings = WorkerSettings(model="minilm-embed")
+    return CacheVerifier.newest(ModelRegistry(settings.registry_dir), name=settings.semantic_verifier_model)
 
 
 def table(rows: list[Row], marks: dict[int, str]) -> str:

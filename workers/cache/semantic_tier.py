@@ -194,16 +194,16 @@ class SemanticTier:
         if not self._settings.semantic_verifier:
             return None
         try:
-            verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir))
+            verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir), name=self._settings.semantic_verifier_model)
         except (RegistryError, ValueError, OSError) as error:
             # Registered but unusable (damaged artifacts, no calibration): serving without the judge
             # it was meant to have would serve traps, so the semantic tier stays off instead.
-            log.error("semantic cache OFF: the cache-verifier could not be loaded (%s)", error)
+            log.error("semantic cache OFF: the verifier %s could not be loaded (%s)", self._settings.semantic_verifier_model, error)
             self._verifier_broken = True
             return None
         if verifier is None:
-            log.warning("no cache-verifier is registered (scripts/build-models builds one): semantic hits are "
-                        "decided by the cosine threshold %.2f and the guards alone", self._settings.semantic_threshold)
+            log.warning("no %s is registered (scripts/build-models builds it): semantic hits are decided by the "
+                        "cosine threshold %.2f and the guards alone", self._settings.semantic_verifier_model, self._settings.semantic_threshold)
         else:
             log.info("semantic candidates above cosine %.2f are judged by %s at threshold %.4f",
                      self._settings.semantic_recall_threshold, verifier.manifest.id, verifier.threshold)

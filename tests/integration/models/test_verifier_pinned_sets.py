@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleet_dev.verifier_gates import PINNED_SETS, Noise, PinnedSet, standing
+from fleet_dev.verifier_gates import MULTILINGUAL_PINNED_SETS, PINNED_SETS, Noise, PinnedSet, standing
 from tests.built_models import built_registry
 from workers.cache.verifier import CacheVerifier
 
@@ -85,3 +85,58 @@ def test_a_pair_the_verifier_cannot_read_is_not_judged_but_counted(verifier: Cac
     assert verdicts.unreadable == 1, "the Chinese pair is unread; the same text twice needs no judge"
     assert verdicts.scores[0] == 0.0 and verdicts.scores[2] == 1.0
     assert verdicts.scores[1] > 0.0
+
+
+@pytest.fixture(scope="module")
+def multilingual_verifier() -> CacheVerifier:
+    found = CacheVerifier.newest(built_registry(), name="cache-verifier-multilingual")
+    if found is None:
+        pytest.skip("no cache-verifier-multilingual built: no adapter is shipped yet (docs/concepts/semantic-cache.md)")
+    return found
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("pinned", MULTILINGUAL_PINNED_SETS, ids=[pinned.name for pinned in MULTILINGUAL_PINNED_SETS])
+def test_the_multilingual_verifier_meets_each_target_with_e5_embed(multilingual_verifier: CacheVerifier,
+                                                                     pinned: PinnedSet) -> None:
+    from fleet.commands.cache_eval import embed_all
+
+    pairs = pinned.pairs()
+    vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)], encoder_model="e5-embed").vectors
+    verdicts = multilingual_verifier.score([(pair.b, pair.a) for pair in pairs]).scores
+    result = standing(pinned, pairs, vectors, verdicts, multilingual_verifier.threshold, Noise(logit=0.0, cosine=0.0))
+    assert result.meets_target, result
+
+
+@pytest.mark.models
+def test_the_multilingual_verifier_reads_the_articles_pair_and_its_trap(multilingual_verifier: CacheVerifier) -> None:
+    figures = multilingual_verifier.manifest.check.figures
+    assert figures["heldout_false_hits_zh"] <= figures["max_false_hits"]
+    assert figures["heldout_false_hits_en"] <= figures["max_false_hits"]
+    verdicts = multilingual_verifier.score([("今天天气如何", "今天天气怎么样"), ("明天天气怎么样", "今天天气怎么样"),
+                                            ("今天不可以退款吗", "今天可以退款吗")])
+    assert verdicts.unreadable == 0
+    assert verdicts.scores[0] >= multilingual_verifier.threshold > max(verdicts.scores[1], verdicts.scores[2])
+
+
+@pytest.mark.models
+def test_the_multilingual_verifier_refuses_unrelated_questions_its_encoder_puts_close(
+        multilingual_verifier: CacheVerifier) -> None:
+    """e5-embed puts any two questions above the recall threshold, so unrelated ones reach the verifier:
+    questions of different pairs of the Chinese holdout and of an English honest set, alone and mixed."""
+    import random
+
+    from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, embed_all, load_pairs
+    from fleet_dev.verifier_gates import CHINESE_PAIRS, HONEST_SETS
+
+    chinese = sorted({p.a for p in load_pairs(CHINESE_PAIRS) if p.split == "holdout"})
+    english = sorted({p.a for p in load_pairs(HONEST_SETS / "outsider_pairs_5.json")})
+    rng = random.Random(7)
+    pairs = [(rng.choice(left), rng.choice(right)) for left, right in ((chinese, chinese), (english, english),
+                                                                      (chinese, english)) for _ in range(100)]
+    pairs = [(a, b) for a, b in pairs if a != b]
+    vectors = embed_all([text for pair in pairs for text in pair], encoder_model="e5-embed").vectors
+    recalled = [float(vectors[a] @ vectors[b]) >= SHIPPED_RECALL_THRESHOLD for a, b in pairs]
+    served = multilingual_verifier.score(pairs).scores >= multilingual_verifier.threshold
+    assert np.mean(recalled) > 0.9, "the encoder alone would let them in"
+    assert np.mean(served) <= 0.01, [pair for pair, hit in zip(pairs, served) if hit][:5]

@@ -27,6 +27,7 @@ from workers.settings import WorkerSettings
 
 FAQ = "faq-intent"
 FAQ_MULTILINGUAL = "faq-intent-multilingual"
+MULTILINGUAL_VERIFIER = "cache-verifier-multilingual"
 SEEDS = ["How do I reset my password?", "Will I be charged if I cancel during the trial?",
          "Can I cancel within 24 hours of ordering?"]
 PARAPHRASE = "How can I reset my password?"  # cosine 0.98 to the first seed (INT8 MiniLM)
@@ -199,7 +200,8 @@ async def test_a_chinese_negation_trap_is_refused_when_the_encoder_cannot_read_c
 
 async def test_with_an_encoder_that_reads_chinese_the_english_verifier_still_refuses_what_it_cannot_read(
         client: FleetClient, cleared: None) -> None:
-    settings = faq_settings(model=FAQ_MULTILINGUAL, semantic_encoder_model="e5-embed")
+    settings = faq_settings(model=FAQ_MULTILINGUAL, semantic_encoder_model="e5-embed",
+                            semantic_verifier_model="cache-verifier")
     registry = ModelRegistry(settings.registry_dir)
     if not registry.versions(FAQ_MULTILINGUAL) or CacheVerifier.newest(registry) is None:
         pytest.skip("faq-intent-multilingual or the cache-verifier not built; run scripts/build-models")
@@ -214,6 +216,31 @@ async def test_with_an_encoder_that_reads_chinese_the_english_verifier_still_ref
     assert cache is not None and cache.entries == 3, "e5-embed reads Chinese: every text was cached"
     assert unreadable >= 1, "the trap reached the verifier, which could not read it and did not judge it"
     assert parcel.outputs is not None and parcel.outputs["label"] == "track_order"
+
+
+# The article's own example of a semantic hit, and the trap beside it.
+WEATHER, WEATHER_PARAPHRASE, WEATHER_TOMORROW = "今天天气怎么样", "今天天气如何", "明天天气怎么样"
+
+
+async def test_the_multilingual_verifier_serves_the_articles_paraphrase_and_refuses_chinese_traps(
+        client: FleetClient, cleared: None) -> None:
+    settings = faq_settings(model=FAQ_MULTILINGUAL, semantic_encoder_model="e5-embed",
+                            semantic_verifier_model=MULTILINGUAL_VERIFIER)
+    registry = ModelRegistry(settings.registry_dir)
+    if not registry.versions(FAQ_MULTILINGUAL) or CacheVerifier.newest(registry, name=MULTILINGUAL_VERIFIER) is None:
+        pytest.skip("faq-intent-multilingual or cache-verifier-multilingual not built: no adapter of the multilingual "
+                    "verifier is shipped yet (docs/concepts/semantic-cache.md)")
+    async with Serving(settings) as worker:
+        asked = [await client.infer(FAQ_MULTILINGUAL, text, timeout=60)
+                 for text in (WEATHER, WEATHER_PARAPHRASE, WEATHER_TOMORROW, CHINESE_SEED, CHINESE_TRAP)]
+        assert worker.caches.semantic is not None and worker.caches.semantic.verifier is not None
+        judge = worker.caches.semantic.verifier.manifest.name
+        unreadable = worker.metrics.cache.semantic_unreadable.labels(model=FAQ_MULTILINGUAL)._value.get()
+        refused = worker.metrics.cache.verifier_candidates.labels(model=FAQ_MULTILINGUAL, accepted="false")._value.get()
+    assert judge == MULTILINGUAL_VERIFIER
+    assert [answer.cache for answer in asked] == [CacheTier.miss, CacheTier.semantic, CacheTier.miss, CacheTier.miss,
+                                                  CacheTier.miss], "only the paraphrase is served from the cache"
+    assert unreadable == 0 and refused >= 2, "the verifier read the traps and refused them"
 
 
 async def test_a_learned_bound_serves_nothing_cold_and_serves_once_recomputed_answers_allow(

@@ -108,3 +108,22 @@ def test_the_cost_model_counts_the_verifier_per_candidate() -> None:
     assert cost.paying  # hits save 0.8 ms per row, lookups cost 0.7
     cost.record_lookup(10, 8, encoder_ms=2.0, candidates=10, verifier_ms=20.0)
     assert cost.cost_ms_per_row == pytest.approx(2.2) and not cost.paying  # a dear verifier stays off
+
+
+def test_a_language_calibrated_lower_meets_the_one_threshold_exactly_where_it_met_its_own() -> None:
+    import math
+
+    from workers.cache.verifier import onto_one_scale
+
+    def logit(p: float) -> float:
+        return math.log(p / (1 - p))
+
+    threshold, chinese_threshold = 0.989, 0.969
+    shifts = {"zh": logit(threshold) - logit(chinese_threshold)}
+    pairs = [("今天天气如何", "今天天气怎么样"), ("明天天气怎么样", "今天天气怎么样"), ("is it open", "is it open now")]
+    raw = np.array([0.975, 0.96, 0.975], dtype=np.float32)
+    shifted = onto_one_scale(raw, pairs, shifts)
+    assert shifted[0] >= threshold > shifted[1], "Chinese: served above its own 0.969, not below"
+    assert shifted[2] == raw[2] < threshold, "English keeps its score and its threshold"
+    assert np.all(np.diff(onto_one_scale(np.linspace(0.01, 0.99, 50, dtype=np.float32), pairs[:1] * 50, shifts)) > 0)
+    assert onto_one_scale(raw, pairs, {}) is raw
