@@ -189,8 +189,8 @@ def print_report(report: Report, pairs: list[Pair]) -> None:
               "tokens): never served, at any threshold (FLEET_SEMANTIC_ENCODER_MODEL picks an encoder that reads it)")
     if report.unjudged_pairs:
         print(f"{report.unjudged_pairs} of {len(pairs)} pairs have a token {report.verifier} cannot read: never served "
-              "where it decides (FLEET_SEMANTIC_VERIFIER=false with FLEET_SEMANTIC_MAX_WRONG_RATE lets the learned "
-              "bound decide instead)")
+              "where it decides (FLEET_SEMANTIC_VERIFIER_MODEL=cache-verifier-multilingual reads Chinese; "
+              "FLEET_SEMANTIC_VERIFIER=false with FLEET_SEMANTIC_MAX_WRONG_RATE lets the learned bound decide)")
     print("served = share of pairs whose b is answered with a's cached answer (trap columns: lower is better)\n")
     print(table([report.shipped, *report.rows], {0: "<- shipped operating point"}))
     verdict = "meets" if report.shipped.meets_targets else "MISSES"

@@ -3,9 +3,10 @@
 One in-process worker of faq-intent-multilingual (INT8; a bench alias, so no other consumer shares
 its topic) with the semantic cache on and e5-embed as its encoder, fed the stream of
 fleet_dev/bench/cache_chinese_stream.py one request at a time through the Python client, under
-three settings, each from an empty cache:
+four settings, each from an empty cache:
 
     shipped default       the English cache-verifier decides (it cannot read Chinese: nothing is served)
+    multilingual verifier cache-verifier-multilingual decides (FLEET_SEMANTIC_VERIFIER_MODEL)
     learned bound         no verifier; the learned bound (δ 1%, 95%) over e5-embed's cosine decides
     cosine and guards     no verifier, no bound: cosine >= 0.90 and the guards (what used to happen)
 
@@ -46,10 +47,12 @@ from schemas.wire import CacheTier
 from workers import WorkerSettings, bound_from_fields, clear_model_cache
 from workers.worker import Worker
 
-MODEL, ENCODER, VERIFIER = "faq-intent-multilingual", "e5-embed", "cache-verifier"
+MODEL, ENCODER = "faq-intent-multilingual", "e5-embed"
+VERIFIERS = ("cache-verifier-multilingual", "cache-verifier")
 BENCH_MODEL = "faq-intent-multilingual-bench"
 SETTINGS: dict[str, dict[str, Any]] = {
     "shipped default": {},
+    "multilingual verifier": {"semantic_verifier_model": "cache-verifier-multilingual"},
     "learned bound": {"semantic_verifier": False, "semantic_max_wrong_rate": 0.01},
     "cosine and guards": {"semantic_verifier": False},
 }
@@ -195,6 +198,10 @@ def draw(runs: Sequence[Run], path: Path) -> Path | None:
     return path
 
 
+def _newest_precision(registry: ModelRegistry, name: str) -> str | None:
+    return "int8" if any(m.precision == "int8" for m in registry.versions(name)) else None
+
+
 async def main_async(args: argparse.Namespace) -> int:
     settings = FleetSettings()
     await check_stack(settings)
@@ -202,7 +209,9 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         bench_alias(registry, registry.resolve(MODEL, None, "int8"), aliases, BENCH_MODEL)
         bench_alias(registry, registry.resolve(ENCODER, None, "int8"), aliases, ENCODER)
-        bench_alias(registry, registry.resolve(VERIFIER, None, "int8"), aliases, VERIFIER)
+        for verifier in VERIFIERS:  # INT8 where built, else FP32, as a worker picks
+            bench_alias(registry, registry.resolve(verifier, None, _newest_precision(registry, verifier)), aliases,
+                        verifier)
     except ModelNotFound as missing:
         raise SystemExit(f"{missing}; build the models with scripts/build-models") from None
     stream = chinese_stream(load_groups(), fresh_questions(), args.requests, args.seed)

@@ -91,7 +91,7 @@ def test_a_pair_the_verifier_cannot_read_is_not_judged_but_counted(verifier: Cac
 def multilingual_verifier() -> CacheVerifier:
     found = CacheVerifier.newest(built_registry(), name="cache-verifier-multilingual")
     if found is None:
-        pytest.skip("no cache-verifier-multilingual built: no adapter is shipped yet (docs/concepts/semantic-cache.md)")
+        pytest.skip("no cache-verifier-multilingual built; run scripts/build-models")
     return found
 
 

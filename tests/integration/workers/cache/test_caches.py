@@ -228,8 +228,7 @@ async def test_the_multilingual_verifier_serves_the_articles_paraphrase_and_refu
                             semantic_verifier_model=MULTILINGUAL_VERIFIER)
     registry = ModelRegistry(settings.registry_dir)
     if not registry.versions(FAQ_MULTILINGUAL) or CacheVerifier.newest(registry, name=MULTILINGUAL_VERIFIER) is None:
-        pytest.skip("faq-intent-multilingual or cache-verifier-multilingual not built: no adapter of the multilingual "
-                    "verifier is shipped yet (docs/concepts/semantic-cache.md)")
+        pytest.skip("faq-intent-multilingual or cache-verifier-multilingual not built; run scripts/build-models")
     async with Serving(settings) as worker:
         asked = [await client.infer(FAQ_MULTILINGUAL, text, timeout=60)
                  for text in (WEATHER, WEATHER_PARAPHRASE, WEATHER_TOMORROW, CHINESE_SEED, CHINESE_TRAP)]
