@@ -12,9 +12,11 @@ four settings, each from an empty cache:
 
 Every semantic hit is recomputed offline by the same model version, and a hit whose label differs
 is a wrong answer served. Printed per setting: the share answered by the semantic tier (goal
->= 10%), the wrong answers served among all answers (goal <= 1%), exact hits; the learned bound's
+>= 10%), the wrong answers served among all answers (goal <= 1%), exact hits; then the wrong answers
+themselves, each with the question it was most likely served from (the nearest earlier question,
+as the encoder reads them, that the model answered with the label served). The learned bound's
 threshold and labels are sampled as the stream goes and drawn beside the shares
-(<home>/bench/cache-zh.png, the figures in cache-zh.json).
+(<home>/bench/cache-zh.png, the figures and every wrong answer in cache-zh.json).
 """
 
 from __future__ import annotations
@@ -60,6 +62,26 @@ MIN_SEMANTIC_SHARE, MAX_WRONG_SHARE = 0.10, 0.01
 SAMPLE_EVERY = 50  # requests between two readings of the learned bound
 
 
+@dataclass(frozen=True)
+class Answer:
+    index: int  # position in the stream, from 1
+    query: Query
+    tier: CacheTier
+    label: str
+    similarity: float | None
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    index: int
+    kind: str
+    text: str
+    served: str
+    right: str
+    similarity: float
+    likely_from: str  # the earlier computed question nearest to it that the model answered `served`
+
+
 @dataclass
 class Run:
     setting: str
@@ -70,6 +92,7 @@ class Run:
     traps_served: int = 0
     errors: int = 0
     bound: list[tuple[int, int, float]] = field(default_factory=list)  # (requests so far, labels, threshold or NaN)
+    wrong: list[WrongAnswer] = field(default_factory=list)
 
     @property
     def semantic_share(self) -> float:
@@ -110,10 +133,10 @@ async def bound_now(redis: AnyRedis, model: str) -> tuple[int, float] | None:
 
 
 async def run_setting(name: str, settings: WorkerSettings, stream: Sequence[Query], client: FleetClient,
-                      redis: AnyRedis) -> tuple[Run, list[tuple[str, str]]]:
-    """The stream through one worker; returns the run and each semantic hit's (text, label served)."""
+                      redis: AnyRedis) -> tuple[Run, list[Answer]]:
+    """The stream through one worker; returns the run and every answer."""
     await forget(redis, BENCH_MODEL)
-    run, hits = Run(name), []
+    run, answers = Run(name), []
     worker = Worker(settings)
     await worker.start()
     task = asyncio.create_task(worker.run())
@@ -123,10 +146,11 @@ async def run_setting(name: str, settings: WorkerSettings, stream: Sequence[Quer
             run.requests += 1
             if result.outputs is None:
                 run.errors += 1
-            elif result.cache is CacheTier.semantic:
+            else:
+                answers.append(Answer(index, query, result.cache, str(result.outputs["label"]), result.similarity))
+            if result.cache is CacheTier.semantic:
                 run.semantic += 1
                 run.traps_served += query.kind == "trap"
-                hits.append((query.text, str(result.outputs["label"])))
             elif result.cache is CacheTier.exact:
                 run.exact += 1
             if index % SAMPLE_EVERY == 0:
@@ -137,19 +161,33 @@ async def run_setting(name: str, settings: WorkerSettings, stream: Sequence[Quer
         worker.request_stop()
         await task
         await worker.stop()
-    return run, hits
+    return run, answers
 
 
-def count_wrong(run: Run, hits: list[tuple[str, str]], settings: WorkerSettings) -> None:
-    """Recompute every semantic hit with the served version: a different label is a wrong answer."""
+def count_wrong(run: Run, answers: Sequence[Answer], settings: WorkerSettings) -> None:
+    """Recompute every semantic hit with the served version: a different label is a wrong answer,
+    itemised with the question it was most likely served from."""
+    hits = [answer for answer in answers if answer.tier is CacheTier.semantic]
     if not hits:
         return
     backend = ModelLoader(settings.runtime()).load()
     labels = backend.manifest.labels
     assert labels is not None
-    rows = backend.infer([text for text, _ in hits])
-    computed = [labels[int(i)] for i in np.argmax(rows, axis=1)]
-    run.semantic_wrong = sum(served != right for (_, served), right in zip(hits, computed, strict=True))
+    rows = backend.infer([hit.query.text for hit in hits])
+    wrong = [(hit, labels[int(i)]) for hit, i in zip(hits, np.argmax(rows, axis=1), strict=True)
+             if hit.label != labels[int(i)]]
+    run.semantic_wrong = len(wrong)
+    if not wrong:
+        return
+    computed = [answer for answer in answers if answer.tier is CacheTier.miss]
+    encoder = ModelLoader(settings.model_copy(update={"model": settings.semantic_encoder_model}).runtime()).load()
+    vectors = encoder.infer([answer.query.text for answer in computed])
+    wrong_vectors = encoder.infer([hit.query.text for hit, _ in wrong])
+    for (hit, right), vector in zip(wrong, wrong_vectors, strict=True):
+        earlier = [at for at, answer in enumerate(computed) if answer.index < hit.index and answer.label == hit.label]
+        source = max(earlier, key=lambda at: float(vectors[at] @ vector), default=None)
+        run.wrong.append(WrongAnswer(hit.index, hit.query.kind, hit.query.text, hit.label, right,
+                                     hit.similarity or math.nan, "?" if source is None else computed[source].query.text))
 
 
 def table(runs: Sequence[Run]) -> str:
@@ -160,6 +198,17 @@ def table(runs: Sequence[Run]) -> str:
     header = ("setting", "requests", "semantic", "wrong served", "traps served", "exact", "goals met")
     return (f"goals: semantic >= {MIN_SEMANTIC_SHARE:.0%} of answers, wrong answers served <= {MAX_WRONG_SHARE:.0%}\n"
             + format_table(header, rows, right=header[1:6]))
+
+
+def wrong_table(run: Run, shown: int = 15) -> str:
+    """The first `shown` wrong answers of a setting, and how many there were of each kind of request."""
+    kinds = ", ".join(f"{sum(w.kind == kind for w in run.wrong)} {kind}" for kind in ("new", "repeat", "paraphrase", "trap"))
+    rows = [(str(w.index), w.kind, w.text, w.likely_from, f"{w.similarity:.3f}", f"{w.served} -> {w.right}")
+            for w in run.wrong[:shown]]
+    header = ("#", "kind", "asked", "likely served from", "cosine", "label served -> right")
+    more = f"\n... {len(run.wrong) - shown} more in the JSON" if len(run.wrong) > shown else ""
+    return (f"{run.setting}: {len(run.wrong)} wrong answers served ({kinds})\n"
+            + format_table(header, rows, right=("#", "cosine")) + more)
 
 
 def draw(runs: Sequence[Run], path: Path) -> Path | None:
@@ -223,17 +272,20 @@ async def main_async(args: argparse.Namespace) -> int:
         async with FleetClient() as client:
             for name in args.setting or list(SETTINGS):
                 served = worker_settings(settings, aliases, SETTINGS[name])
-                run, hits = await run_setting(name, served, stream, client, redis)
-                count_wrong(run, hits, served)
+                run, answers = await run_setting(name, served, stream, client, redis)
+                count_wrong(run, answers, served)
                 runs.append(run)
     finally:
         await forget(redis, BENCH_MODEL)
         await redis.aclose()
     print(table(runs))
+    for run in runs:
+        if run.wrong:
+            print(wrong_table(run))
     out = args.json or settings.home / "bench" / "cache-zh.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"started": datetime.now().isoformat(timespec="seconds"), "stream": kinds,
-                               "seed": args.seed, "runs": [asdict(r) for r in runs]}, indent=1))
+                               "seed": args.seed, "runs": [asdict(r) for r in runs]}, indent=1, ensure_ascii=False))
     print(f"figures: {out}")
     if (plot := draw(runs, out.with_suffix(".png"))) is not None:
         print(f"plot: {plot}")

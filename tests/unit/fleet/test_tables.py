@@ -53,3 +53,9 @@ def test_pairs_line_up_their_values() -> None:
 
 def test_exit_statuses_keep_the_numbers_scripts_rely_on() -> None:
     assert (Exit.OK, Exit.FAILED, Exit.UNAVAILABLE, Exit.ROLLED_BACK, Exit.INTERRUPTED) == (0, 1, 2, 3, 130)
+
+
+def test_chinese_text_lines_up_as_a_terminal_shows_it() -> None:
+    text = format_table(["asked", "n"], [["今天天气怎么样", "1"], ["weather?", "12"]])
+    assert text.splitlines() == ["asked            n", "------------------", "今天天气怎么样   1", "weather?        12"]
+    assert format_pairs([("问题", "a"), ("id", "b")]).splitlines() == ["问题  a", "id    b"]
