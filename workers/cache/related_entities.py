@@ -14,7 +14,8 @@ not. Two rules, over groups of siblings:
 
 A text that names no member of a group says nothing about it ("my fridge is buzzing" against
 "my appliance is buzzing" passes: the verifier decides). Capitalised members (Word, Edge,
-Teams) match only as written, so the everyday words do not count.
+Teams) match only as written, so the everyday words do not count. The groups are data, per
+language: "related_entities" in data/guard-words/<language>.json.
 
 The guard errs towards refusing: a paraphrase that names a sibling for its own sake ("my
 jacket" for "my coat" is spelled as one member; "laptop" for "tablet" is not) costs a cache
@@ -27,91 +28,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from workers.cache.role_swap import DIRECTIONS
-
-# One tuple per kind of thing; "a|b" spells one member two ways (the first is its name).
-GROUPS: tuple[tuple[str, ...], ...] = (
-    # home and appliances
-    ("fridge|refrigerator", "freezer", "dishwasher", "oven", "microwave", "stove", "hob"),
-    ("washing machine|washer", "dryer|tumble dryer"),
-    ("kettle", "toaster", "coffee machine", "blender"),
-    ("boiler", "heater", "air conditioner|air conditioning", "radiator", "heat pump", "thermostat"),
-    ("kitchen", "bathroom", "bedroom", "living room", "garage", "basement", "attic"),
-    ("sofa|couch", "bed", "mattress", "wardrobe", "desk"),
-    ("landlord", "tenant", "neighbour|neighbor", "letting agent"),
-    ("electricity", "gas", "water", "broadband"),
-    # money
-    ("debit card", "credit card", "gift card", "prepaid card"),
-    ("checking account|checking", "savings account|savings", "joint account", "current account", "business account"),
-    ("mortgage", "car loan", "personal loan", "student loan", "overdraft"),
-    ("cash", "cheque", "bank transfer|wire transfer"),
-    ("income tax", "property tax", "council tax", "sales tax", "VAT"),
-    ("child benefit", "housing benefit", "unemployment benefit", "state pension"),
-    ("invoice", "receipt", "payslip|pay stub"),
-    ("refund", "exchange", "store credit", "replacement", "repair"),
-    ("car insurance", "home insurance", "travel insurance", "health insurance", "pet insurance",
-     "life insurance", "dental insurance"),
-    # devices and software
-    ("iPhone", "iPad", "Apple Watch", "MacBook", "iMac", "AirPods"),
-    ("laptop", "tablet", "desktop", "smartwatch"),
-    ("Chrome", "Firefox", "Safari", "Edge", "Opera"),
-    ("Windows", "macOS|Mac OS", "Linux", "Android", "iOS", "ChromeOS"),
-    ("Word", "Excel", "PowerPoint", "OneNote"),
-    ("Gmail", "Outlook", "Yahoo Mail"),
-    ("Teams", "Slack", "Zoom", "Skype", "Webex"),
-    ("Facebook", "Instagram", "TikTok", "LinkedIn", "WhatsApp", "Snapchat", "YouTube"),
-    ("GitHub", "GitLab", "Bitbucket"),
-    ("PostgreSQL|Postgres", "MySQL", "SQLite", "MongoDB", "Redis"),
-    ("Python", "Java", "JavaScript", "TypeScript", "Ruby", "Rust"),
-    ("wifi|wi-fi", "bluetooth", "ethernet", "mobile data", "hotspot"),
-    ("hard drive", "SSD", "USB stick", "SD card|memory card"),
-    ("printer", "scanner", "monitor", "keyboard", "router", "webcam"),
-    ("Netflix", "Spotify", "Disney+", "Hulu", "Prime Video"),
-    # places and currencies: the guards' country and currency lists catch a swapped one, these the order
-    ("USA|US|United States|America", "Canada", "Mexico", "UK|United Kingdom|Britain", "Ireland", "France",
-     "Germany", "Spain", "Portugal", "Italy", "Netherlands", "Switzerland", "Poland", "Sweden", "India",
-     "China", "Japan", "Australia", "New Zealand"),
-    ("London", "Paris", "Berlin", "Madrid", "Rome", "Amsterdam", "Dublin", "New York", "Boston", "Chicago",
-     "San Francisco", "Los Angeles", "Toronto", "Sydney", "Tokyo"),
-    ("dollar|USD", "euro|EUR", "pound|GBP|sterling", "yen|JPY"),
-    # travel
-    ("flight|plane", "train", "bus|coach", "ferry"),
-    ("taxi", "tram", "subway|metro|underground"),
-    ("passport", "visa", "ID card", "residence permit", "driving licence|driver's license|driver license",
-     "birth certificate"),
-    ("window seat", "aisle seat", "middle seat"),
-    ("economy class", "business class", "first class", "premium economy"),
-    ("single room", "double room", "twin room", "suite"),
-    ("carry-on|hand luggage", "checked bag|checked luggage|checked baggage"),
-    ("car", "motorbike|motorcycle", "bike|bicycle", "scooter", "van", "truck"),
-    ("petrol", "diesel", "hybrid"),
-    ("arrivals", "departures"),
-    # health
-    ("ibuprofen", "paracetamol|acetaminophen", "aspirin", "codeine", "naproxen"),
-    ("antibiotics", "antihistamines", "painkillers", "steroids", "antidepressants"),
-    ("flu vaccine|flu shot|flu jab", "covid booster", "tetanus shot", "measles vaccine"),
-    ("dentist", "optician", "GP|doctor", "physiotherapist", "pharmacist", "surgeon", "nurse"),
-    ("knee", "ankle", "wrist", "shoulder", "elbow", "hip"),
-    ("blood test", "urine test", "x-ray", "MRI", "CT scan", "ultrasound"),
-    # people, school, work
-    ("teacher", "student", "tutor", "principal"),
-    ("math|maths", "physics", "chemistry", "biology", "history", "geography"),
-    ("midterm", "final exam", "quiz", "essay", "coursework"),
-    ("bachelor's", "master's", "PhD", "diploma"),
-    ("primary school|elementary school", "secondary school", "high school", "middle school", "university|college"),
-    ("payroll", "IT department", "HR", "finance", "legal"),
-    ("sick leave", "parental leave", "maternity leave", "paternity leave", "annual leave", "unpaid leave"),
-    ("employee", "contractor", "intern", "manager"),
-    # food, shops, animals, clothes
-    ("breakfast", "lunch", "dinner|supper"),
-    ("coffee", "tea", "alcohol", "wine", "beer", "juice"),
-    ("bread", "rice", "pasta", "chicken", "fish", "eggs", "beef", "pork"),
-    ("milk", "cheese", "yogurt|yoghurt", "butter"),
-    ("peanuts", "tree nuts", "gluten", "shellfish", "soy"),
-    ("supermarket", "pharmacy", "bakery", "post office"),
-    ("dog", "cat", "rabbit", "hamster", "parrot"),
-    ("jacket|coat", "shoes", "boots", "jeans", "dress", "shirt"),
-)
+from workers.cache.guard_words import WORDS
 
 
 @dataclass(frozen=True)
@@ -167,10 +84,9 @@ def related_conflict(a: Mentions, b: Mentions) -> str | None:
 
 # What may stand between two members for the text to read as going from the first to the second:
 # a few words at most, one of them a direction word, or a place word between two named things
-# ("Chrome bookmarks in Firefox").
-_DIRECTION = re.compile(
-    rf"(?:\W+\w+){{0,3}}?\W+(?:{'|'.join(sorted(DIRECTIONS | {'in', 'on', 'over', 'towards'}))})(?:\W+\w+){{0,3}}?\W+",
-    re.IGNORECASE)
+# ("Chrome bookmarks in Firefox"). No such words in any language file: nothing reads as directed.
+_DIRECTION_WORDS = "|".join(sorted(WORDS.direction_words | WORDS.related_place_words)) or "(?!)"
+_DIRECTION = re.compile(rf"(?:\W+\w+){{0,3}}?\W+(?:{_DIRECTION_WORDS})(?:\W+\w+){{0,3}}?\W+", re.IGNORECASE)
 
 
 def _spelling(text: str) -> str:
@@ -182,7 +98,7 @@ def _matchers() -> tuple[tuple[re.Pattern[str], dict[str, tuple[int, str]]], ...
     """One alternation for the lower-case members (any case) and one for the capitalised ones."""
     any_case: dict[str, tuple[int, str]] = {}
     as_written: dict[str, tuple[int, str]] = {}
-    for group, members in enumerate(GROUPS):
+    for group, members in enumerate(WORDS.related_entities):
         for member in members:
             name = member.split("|")[0].lower()
             for spelling in member.split("|"):

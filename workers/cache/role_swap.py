@@ -9,19 +9,16 @@ before and just after them; when both texts use one direction word, and a word b
 one stands after it in the other and the other way round, the roles are swapped. Clauses
 that merely move ("I moved to another town, how can I sign up to vote?" / "how do I register
 to vote after moving to a new town?") keep each word on its own side of its direction word.
+The direction and stop words are data, per language: "direction_words" and "role_stop_words" in
+data/guard-words/<language>.json.
 """
 
 from __future__ import annotations
 
 import re
 
-DIRECTIONS = frozenset({"from", "to", "into", "onto", "for", "than", "vs", "versus"})
-_STOP = frozenset({
-    "a", "an", "the", "my", "your", "our", "their", "his", "her", "its", "i", "me", "we", "you", "it", "is",
-    "are", "was", "be", "do", "does", "did", "can", "could", "how", "what", "when", "where", "which", "why",
-    "who", "of", "on", "in", "at", "by", "with", "and", "that", "that's", "this", "there", "here", "any",
-    "some", "as", "so", "just", "please", "it's", "meant", "some", "another", "other",
-})
+from workers.cache.guard_words import WORDS
+
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 _REACH = 3  # content words read on each side of a direction word
 
@@ -33,7 +30,7 @@ def links(text: str) -> tuple[Link, ...]:
     """(direction word, the content words just before it, those just after) per direction word."""
     tokens = _TOKEN.findall(text.casefold())
     return tuple((token, _phrase(tokens[i - 1::-1] if i else []), _phrase(tokens[i + 1:]))
-                 for i, token in enumerate(tokens) if token in DIRECTIONS)
+                 for i, token in enumerate(tokens) if token in WORDS.direction_words)
 
 
 def roles_conflict(a: tuple[Link, ...], b: tuple[Link, ...]) -> str | None:
@@ -53,9 +50,9 @@ def swapped_roles(a: str, b: str) -> str | None:
 def _phrase(tokens: list[str]) -> frozenset[str]:
     found: list[str] = []
     for token in tokens:
-        if token in DIRECTIONS or not token[0].isalnum() or len(found) == _REACH:
+        if token in WORDS.direction_words or not token[0].isalnum() or len(found) == _REACH:
             break
-        if token not in _STOP:
+        if token not in WORDS.role_stop_words:
             found.append(_stem(token))
     return frozenset(found)
 

@@ -142,3 +142,29 @@ def test_chinese_numerals_that_differ_are_a_conflict(a: str, b: str) -> None:
                                       ("帮我查一下订单", "帮我查查订单"), ("二〇二四年的发票", "2024年的发票")])
 def test_chinese_numerals_and_digits_of_the_same_value_agree_and_a_lone_yi_is_no_count(a: str, b: str) -> None:
     assert meaning_conflict(a, b) is None
+
+
+def test_every_check_that_fires_is_named_in_order_and_the_first_is_the_reason() -> None:
+    from workers.cache.guards import CHECKS, conflict_between, conflicts, features
+
+    fa, fb = features("i did not get my 3 parcels in june"), features("i got my 4 parcels in july")
+    found = list(conflicts(fa, fb))
+    assert [name for name, _ in found] == ["numbers", "negation", "critical:month"]
+    assert conflict_between(fa, fb) == found[0][1] == "numbers differ: ['3'] vs ['4']"
+    names = [name for name, _ in CHECKS]
+    assert names[:6] == ["identifiers", "numbers", "negation", "negating prefix", "opposites", "proper noun"]
+    assert names[-2:] == ["related entities", "roles"] and "exclusive:account field" in names
+    assert list(conflicts(features("How do I reset my password?"), features("How can I reset my password?"))) == []
+
+
+def test_before_a_verifier_only_the_checks_that_earned_their_place_run() -> None:
+    from workers.cache.guards import verified_conflict
+
+    negation = ("Is the gym open on Sunday?", "Is the gym not open on Sunday?")
+    assert meaning_conflict(*negation) == "negation in one text only"
+    assert verified_conflict(*negation) is None, "the verifier judges negation: the word list cost should-hits"
+    assert verified_conflict("Can I return 2 items?", "Can I return 3 items?") == meaning_conflict(
+        "Can I return 2 items?", "Can I return 3 items?")
+    assert verified_conflict("Is it open today?", "Is it open tomorrow?") is not None
+    assert verified_conflict("My fridge is buzzing", "My freezer is buzzing") is not None
+    assert verified_conflict("Track order AB123", "Track order AB124") is not None
