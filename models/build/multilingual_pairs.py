@@ -14,6 +14,10 @@
   questions above it, so its verifier must refuse them itself. A few: 1,500 of them (600 Chinese)
   taught a second model that Chinese pairs worded apart differ, paraphrases included (held-out
   Chinese should-hit 5%). Not held out: easy traps would dilute the held-out trap rate.
+- Other-intent pairs, in training only: two training questions e5-embed puts close that the
+  fleet's own classifier answers differently (models/build/intent_negatives.py, its file
+  `MINED_FILE`). Without them the verifier called such questions the same: on the Chinese cache
+  bench's stream 83 of its 494 semantic hits served another intent's answer.
 - In neither: the holdout split of semantic_pairs_zh.json and the Chinese cache bench's stream
   (workers/cache/data/cache-stream-zh.json), which judge the result. A written pair with a text
   near one of theirs is removed when the set is added (`python -m models.build.multilingual_pairs
@@ -39,6 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from models.build.intent_negatives import MINED_FILE
 from models.build.verifier_data import VerifierDataset, load_verifier_dataset, project_pairs
 from models.build.verifier_pairs import PairExample
 from models.build.written_pairs import WRITTEN_DIR, GROUPS, pair_texts
@@ -66,7 +71,7 @@ def load_multilingual_dataset() -> VerifierDataset:
     english = load_verifier_dataset()
     train_sets, calibration_sets = chinese_sets("train"), chinese_sets("calibration")
     digest = hashlib.sha256(english.version.encode("utf-8"))
-    for path in (Path(__file__), CHINESE_PROJECT_PAIRS, *train_sets, *calibration_sets):
+    for path in (Path(__file__), CHINESE_PROJECT_PAIRS, MINED_FILE, *train_sets, *calibration_sets):
         digest.update(path.read_bytes())
     chinese_heldout = [*project_pairs(CHINESE_PROJECT_PAIRS, "dev", as_split="calibration"),
                        *(pair for path in calibration_sets for pair in project_pairs(path, "dev", as_split="calibration"))]
@@ -74,7 +79,9 @@ def load_multilingual_dataset() -> VerifierDataset:
     held |= {(b, a) for a, b in held}
     chinese = [pair for path in train_sets for pair in project_pairs(path, "dev", as_split="train")
                if (normal_form(pair.a), normal_form(pair.b)) not in held]
-    train = [*english.train, *chinese, *unrelated_pairs(chinese, english.train, UNRELATED_TRAIN, "train")]
+    other_intent = [pair for pair in project_pairs(MINED_FILE, "dev", as_split="train")
+                    if (normal_form(pair.a), normal_form(pair.b)) not in held]
+    train = [*english.train, *chinese, *unrelated_pairs(chinese, english.train, UNRELATED_TRAIN, "train"), *other_intent]
     heldout = [*english.heldout, *chinese_heldout]
     return VerifierDataset(f"{DATA_NAME} sha256:{digest.hexdigest()[:12]}", tuple(train), tuple(heldout), ())
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
+
+from fleet_dev.intent_negatives import training_texts
+from models.build.intent_negatives import COUNTS, KIND, MIN_COSINE, MINED_FILE, other_intent_pairs
 from models.build.multilingual_pairs import (
     CHINESE_PROJECT_PAIRS,
     NEAR_BIGRAM_COSINE,
@@ -59,7 +63,7 @@ def test_a_near_copy_is_removed_in_any_script() -> None:
 def test_the_dataset_holds_both_languages_and_the_chinese_holdout_in_neither_part() -> None:
     dataset, english = load_multilingual_dataset(), load_verifier_dataset()
     assert dataset.version.startswith("verifier-pairs-multilingual-v1 sha256:")
-    train_languages = Counter(language_of(pair) for pair in dataset.train if pair.kind != "unrelated")
+    train_languages = Counter(language_of(pair) for pair in dataset.train if pair.kind not in ("unrelated", KIND))
     held_languages = Counter(language_of(pair) for pair in dataset.heldout)
     assert train_languages["en"] == len(english.train) and train_languages["zh"] >= 1400
     assert held_languages["en"] == len(english.heldout) and held_languages["zh"] >= 300
@@ -84,5 +88,36 @@ def test_unrelated_pairs_are_far_apart_of_both_languages_and_the_same_every_time
     assert len(mixed) == UNRELATED_TRAIN[2]
     rows = bigram_rows([text for pair in unrelated for text in (pair.a, pair.b)])
     assert all(float(rows[2 * i] @ rows[2 * i + 1]) <= UNRELATED_BIGRAM_COSINE for i in range(len(unrelated)))
-    chinese = [pair for pair in dataset.train if pair.kind != "unrelated" and language_of_text(pair.a) == "zh"]
+    chinese = [pair for pair in dataset.train if pair.kind not in ("unrelated", KIND) and language_of_text(pair.a) == "zh"]
     assert unrelated_pairs(chinese, load_verifier_dataset().train, UNRELATED_TRAIN, "train") == unrelated
+
+
+def test_other_intent_pairs_join_close_questions_the_classifier_answers_apart_and_nothing_else() -> None:
+    texts = ["退款多久到账", "退货要寄到哪里", "退款进度怎么查", "今天天气怎么样", "发票怎么开"]
+    angle = np.radians([0, 20, 5, 24, 80])
+    vectors = np.stack([np.cos(angle), np.sin(angle)], axis=1).astype(np.float32)
+    probabilities = np.array([[0.90, 0.05, 0.05],   # refund
+                              [0.04, 0.90, 0.06],   # return: close to 0 (cos 0.94), another intent
+                              [0.85, 0.08, 0.07],   # refund again: the same intent as 0, a trap with 1 (its nearest)
+                              [0.40, 0.35, 0.25],   # off-domain: spread thin, in no pair
+                              [0.05, 0.05, 0.90]],  # invoice: another intent but far (cos < MIN_COSINE)
+                             dtype=np.float32)
+    pairs = other_intent_pairs(texts, vectors, probabilities, ["refund", "return", "invoice"], count=10)
+    assert [(p.a, p.b, p.intents) for p in pairs] == [("退款多久到账", "退货要寄到哪里", ("refund", "return")),
+                                                      ("退货要寄到哪里", "退款进度怎么查", ("return", "refund"))]
+    assert all(p.cosine >= MIN_COSINE for p in pairs)
+    assert len(other_intent_pairs(texts, vectors, probabilities, ["refund", "return", "invoice"], count=1)) == 1
+
+
+def test_the_mined_other_intent_pairs_are_training_texts_and_only_train() -> None:
+    mined = json.loads(MINED_FILE.read_text(encoding="utf-8"))
+    pairs = mined["near_misses"]
+    assert Counter(pair["language"] for pair in pairs) == Counter(COUNTS)
+    texts = training_texts()
+    known = {text for language in texts.values() for text in language}
+    assert all(pair["a"] in known and pair["b"] in known for pair in pairs)
+    assert all(pair["intents"][0] != pair["intents"][1] and pair["cosine"] >= MIN_COSINE for pair in pairs)
+    dataset = load_multilingual_dataset()
+    assert sum(pair.kind == KIND for pair in dataset.train) == len(pairs)
+    assert not any(pair.kind == KIND for pair in dataset.heldout)
+
