@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleet_dev.arguments import script_parser
-from fleet.commands.cache_eval import Pair, embed_all
+from fleet.commands.pair_eval import Pair, embed_all
 from fleet_dev.verifier_gates import MULTILINGUAL_PINNED_SETS, PINNED_SETS, Noise, PinnedSet, Standing, standing
 from fleet.exits import Exit
 from fleet.tables import format_table

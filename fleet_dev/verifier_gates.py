@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, Pair, Vectors, load_pairs, served
+from fleet.commands.pair_eval import SHIPPED_RECALL_THRESHOLD, Pair, Vectors, load_pairs, served
 
 _ROOT = Path(__file__).resolve().parents[1]
 TRAINED_SETS = _ROOT / "models" / "build" / "data" / "written_pairs" / "train"

@@ -12,6 +12,7 @@ PUBLIC = {
     # the registry: versions, manifests and their ids
     "ModelRegistry": "models.registry",
     "RegistryError": "models.registry",
+    "ModelNotFound": "models.registry",
     "MANIFEST_FILE": "models.registry",
     "parse_version_id": "models.registry",
     "ModelManifest": "models.manifest",

@@ -22,6 +22,15 @@ PUBLIC = {
     "SemanticCache": "workers.cache.semantic",
     "SEMANTIC_THRESHOLD": "workers.cache.semantic:DEFAULT_THRESHOLD",
     "meaning_conflict": "workers.cache.guards",
+    "verified_conflict": "workers.cache.guards",
+    "GUARD_CHECKS": "workers.cache.guards:CHECKS",
+    "BEFORE_VERIFIER": "workers.cache.guards",
+    "guard_conflicts": "workers.cache.guards:conflicts",
+    "guard_features": "workers.cache.guards:features",
+    # which encoder and verifier the semantic tier reads with when the settings name none
+    "semantic_models": "workers.cache.semantic_models",
+    "DEFAULT_ENCODER": "workers.cache.semantic_models",
+    "VERIFIER_OF_ENCODER": "workers.cache.semantic_models",
     "CacheVerifier": "workers.cache.verifier",
     # the semantic tier's learned bounds as their workers share them (the console)
     "bound_from_fields": "workers.cache.learned_bound",

@@ -6,6 +6,7 @@ each other, and whatever runs in the background is registered on the worker's ex
 """
 
 import asyncio
+import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from workers.batching.policy import BatchPolicy
 from workers.cancelled_batches import CancelledBatches
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
+from workers.cache.semantic_models import semantic_models
 from common.startup import waited
 from common.topics import ensure_topics
 from workers.delivery.dead_letters import MAX_TEXT_CHARS as DEAD_LETTER_TEXT_CHARS, DeadLetterPolicy
@@ -37,6 +39,8 @@ from workers.serving.cards import CardPublisher
 from workers.serving.model_set import ModelSet
 from workers.serving.pointer_watch import PointerWatcher
 from workers.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,11 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
     stable = models.serving.stable
     policy = BatchPolicy(settings.max_batch_size, settings.max_queue_delay_ms, settings.batch_policy,
                          settings.preferred_batch_sizes)
-    caches = BatchCaches(settings, redis=redis, producer=producer, metrics=metrics.cache,
-                         load_encoder=lambda: loader.load_encoder(settings.semantic_encoder_model,
-                                                                  settings.semantic_encoder_precision),
+    semantic = semantic_models(settings, loader.registry, stable.manifest)
+    if settings.semantic_cache:
+        log.info("semantic cache reads with %s (%s) and %s", semantic.encoder, semantic.why, semantic.verifier)
+    caches = BatchCaches(semantic.applied(settings), redis=redis, producer=producer, metrics=metrics.cache,
+                         load_encoder=lambda: loader.load_encoder(semantic.encoder, settings.semantic_encoder_precision),
                          task=stable.manifest.task)
     # The cache generation is read from Redis before the first lookup: a Redis restart is waited out.
     await waited("worker", f"Redis at {settings.redis_url_redacted} (reading the cache generation)", caches.start,

@@ -117,14 +117,17 @@ class WorkerSettings(ModelMemberSettings):
     semantic_verifier: bool = Field(True, description="Let the registered cache-verifier (a cross-encoder built by "
                                     "scripts/build-models) decide among the nearest candidates; without one built, "
                                     "the cosine threshold and the guards decide alone")
-    semantic_verifier_model: str = Field("cache-verifier", description="The registered cache verifier to load: "
-                                         "cache-verifier (English) or one calibrated for your languages")
+    semantic_verifier_model: str | None = Field(None, description="The registered cache verifier to load; unset: "
+                                                "the one trained through the encoder (cache-verifier-multilingual "
+                                                "with e5-embed, else cache-verifier)")
     semantic_recall_threshold: float = Field(0.55, gt=0, le=1, description="Least cosine similarity of a candidate "
                                              "the verifier judges (replaces semantic_threshold while a verifier is "
                                              "loaded); see `fleet cache-eval`")
     semantic_min_threshold: float = Field(0.50, gt=0, le=1, description="Floor the recall threshold may descend "
                                           "to while verified hits stay within half the false-hit budget")
-    semantic_encoder_model: str = Field("minilm-embed", description="Encoder of the semantic cache")
+    semantic_encoder_model: str | None = Field(None, description="Encoder of the semantic cache; unset: the shipped "
+                                               "encoder that reads with the served model's tokenizer (e5-embed for "
+                                               "faq-intent-multilingual), else minilm-embed")
     semantic_encoder_precision: Precision = Field("int8", description="Precision of the semantic cache's encoder")
     semantic_max_wrong_rate: float | None = Field(None, gt=0, lt=1, description="δ of the learned bound: serve a "
                                                   "semantic candidate only at scores where recomputed answers show "

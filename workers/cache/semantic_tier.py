@@ -30,6 +30,7 @@ from schemas.wire import CacheTier, now_ms
 from models.backends.tokenized import TokenizedBackend
 from models.registry import ModelRegistry, RegistryError
 from workers.cache.exact import unpack_outputs
+from workers.cache.guards import meaning_conflict, verified_conflict
 from workers.cache.metrics import CacheMetrics
 from workers.cache.semantic import Candidate, SemanticCache, SemanticHit, outputs_agree
 from workers.cache.keys import canonical_text
@@ -37,6 +38,7 @@ from workers.cache.learned_bound import LearnedBound, SharedBound
 from workers.cache.lookup_cost import LookupCost
 from workers.cache.semantic_log import SemanticEntry, SemanticLog
 from workers.delivery.sink import Outcome
+from workers.cache.semantic_models import DEFAULT_VERIFIER
 from workers.cache.verifier import CacheVerifier
 from workers.settings import WorkerSettings
 from workers.compute.compute import Computed
@@ -193,17 +195,18 @@ class SemanticTier:
     def _open_verifier(self) -> CacheVerifier | None:
         if not self._settings.semantic_verifier:
             return None
+        name = self._settings.semantic_verifier_model or DEFAULT_VERIFIER
         try:
-            verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir), name=self._settings.semantic_verifier_model)
+            verifier = CacheVerifier.newest(ModelRegistry(self._settings.registry_dir), name=name)
         except (RegistryError, ValueError, OSError) as error:
             # Registered but unusable (damaged artifacts, no calibration): serving without the judge
             # it was meant to have would serve traps, so the semantic tier stays off instead.
-            log.error("semantic cache OFF: the verifier %s could not be loaded (%s)", self._settings.semantic_verifier_model, error)
+            log.error("semantic cache OFF: the verifier %s could not be loaded (%s)", name, error)
             self._verifier_broken = True
             return None
         if verifier is None:
             log.warning("no %s is registered (scripts/build-models builds it): semantic hits are decided by the "
-                        "cosine threshold %.2f and the guards alone", self._settings.semantic_verifier_model, self._settings.semantic_threshold)
+                        "cosine threshold %.2f and the guards alone", name, self._settings.semantic_threshold)
         else:
             log.info("semantic candidates above cosine %.2f are judged by %s at threshold %.4f",
                      self._settings.semantic_recall_threshold, verifier.manifest.id, verifier.threshold)
@@ -311,7 +314,8 @@ class SemanticTier:
                                   capacity=settings.semantic_capacity, verify_fraction=settings.semantic_verify_fraction,
                                   false_hit_budget=settings.semantic_false_hit_budget,
                                   min_verifications=settings.semantic_min_verifications,
-                                  min_threshold=settings.semantic_min_threshold if verified else None)
+                                  min_threshold=settings.semantic_min_threshold if verified else None,
+                                  guard=verified_conflict if verified else meaning_conflict)
             semantic_log = SemanticLog(cache, settings=settings, producer=self._producer,
                                        topic=semantic_cache_topic(self._model, version), generation=self._generation)
             loaded = await semantic_log.start()

@@ -38,7 +38,7 @@ def test_the_manifest_records_a_calibrated_operating_point(verifier: CacheVerifi
 @pytest.mark.parametrize("pinned", PINNED_SETS, ids=[pinned.name for pinned in PINNED_SETS])
 def test_each_pinned_set_meets_its_target_at_the_shipped_operating_point(verifier: CacheVerifier,
                                                                           pinned: PinnedSet) -> None:
-    from fleet.commands.cache_eval import embed_all
+    from fleet.commands.pair_eval import embed_all
 
     pairs = pinned.pairs()
     vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)]).vectors
@@ -99,7 +99,7 @@ def multilingual_verifier() -> CacheVerifier:
 @pytest.mark.parametrize("pinned", MULTILINGUAL_PINNED_SETS, ids=[pinned.name for pinned in MULTILINGUAL_PINNED_SETS])
 def test_the_multilingual_verifier_meets_each_target_with_e5_embed(multilingual_verifier: CacheVerifier,
                                                                      pinned: PinnedSet) -> None:
-    from fleet.commands.cache_eval import embed_all
+    from fleet.commands.pair_eval import embed_all
 
     pairs = pinned.pairs()
     vectors = embed_all([text for pair in pairs for text in (pair.a, pair.b)], encoder_model="e5-embed").vectors
@@ -126,7 +126,7 @@ def test_the_multilingual_verifier_refuses_unrelated_questions_its_encoder_puts_
     questions of different pairs of the Chinese holdout and of an English honest set, alone and mixed."""
     import random
 
-    from fleet.commands.cache_eval import SHIPPED_RECALL_THRESHOLD, embed_all, load_pairs
+    from fleet.commands.pair_eval import SHIPPED_RECALL_THRESHOLD, embed_all, load_pairs
     from fleet_dev.verifier_gates import CHINESE_PAIRS, HONEST_SETS
 
     chinese = sorted({p.a for p in load_pairs(CHINESE_PAIRS) if p.split == "holdout"})

@@ -49,7 +49,7 @@ def test_no_written_text_is_one_of_the_honest_sets_texts() -> None:
 
 
 def test_the_third_written_set_covers_every_trap_kind_of_the_issue() -> None:
-    from fleet.commands.cache_eval import load_pairs
+    from fleet.commands.pair_eval import load_pairs
     from models.build.written_pairs import WRITTEN_DIR
 
     pairs = load_pairs(WRITTEN_DIR / "train" / "outsider_pairs_3.json")

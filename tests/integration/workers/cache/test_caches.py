@@ -222,10 +222,11 @@ async def test_with_an_encoder_that_reads_chinese_the_english_verifier_still_ref
 WEATHER, WEATHER_PARAPHRASE, WEATHER_TOMORROW = "今天天气怎么样", "今天天气如何", "明天天气怎么样"
 
 
-async def test_the_multilingual_verifier_serves_the_articles_paraphrase_and_refuses_chinese_traps(
+async def test_at_the_shipped_defaults_a_chinese_model_serves_the_articles_paraphrase_and_refuses_its_traps(
         client: FleetClient, cleared: None) -> None:
-    settings = faq_settings(model=FAQ_MULTILINGUAL, semantic_encoder_model="e5-embed",
-                            semantic_verifier_model=MULTILINGUAL_VERIFIER)
+    """Nothing named: the worker reads with e5-embed (faq-intent-multilingual's tokenizer) and the
+    verifier trained through it."""
+    settings = faq_settings(model=FAQ_MULTILINGUAL)
     registry = ModelRegistry(settings.registry_dir)
     if not registry.versions(FAQ_MULTILINGUAL) or CacheVerifier.newest(registry, name=MULTILINGUAL_VERIFIER) is None:
         pytest.skip("faq-intent-multilingual or cache-verifier-multilingual not built; run scripts/build-models")
@@ -234,9 +235,11 @@ async def test_the_multilingual_verifier_serves_the_articles_paraphrase_and_refu
                  for text in (WEATHER, WEATHER_PARAPHRASE, WEATHER_TOMORROW, CHINESE_SEED, CHINESE_TRAP)]
         assert worker.caches.semantic is not None and worker.caches.semantic.verifier is not None
         judge = worker.caches.semantic.verifier.manifest.name
+        cache = worker.caches.semantic.cache_of(registry.resolve(FAQ_MULTILINGUAL, precision=settings.precision).id)
         unreadable = worker.metrics.cache.semantic_unreadable.labels(model=FAQ_MULTILINGUAL)._value.get()
         refused = worker.metrics.cache.verifier_candidates.labels(model=FAQ_MULTILINGUAL, accepted="false")._value.get()
     assert judge == MULTILINGUAL_VERIFIER
+    assert cache is not None and cache.entries == 4, "e5-embed read and cached every text the model computed"
     assert [answer.cache for answer in asked] == [CacheTier.miss, CacheTier.semantic, CacheTier.miss, CacheTier.miss,
                                                   CacheTier.miss], "only the paraphrase is served from the cache"
     assert unreadable == 0 and refused >= 2, "the verifier read the traps and refused them"

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from fleet.commands.cache_eval import evaluate, load_pairs
+from fleet.commands.pair_eval import evaluate, load_pairs
 from tests.built_models import built_registry, resolve_or_skip
 
 DIM = 8
@@ -83,7 +83,7 @@ def test_a_pair_with_a_text_the_encoder_cannot_read_is_never_served(tmp_path: Pa
 
 
 def test_the_chinese_pair_set_has_both_splits_every_trap_kind_and_the_articles_own_pair() -> None:
-    from fleet.commands.cache_eval import PAIRS_PATH
+    from fleet.commands.pair_eval import PAIRS_PATH
 
     pairs = load_pairs(PAIRS_PATH.with_name("semantic_pairs_zh.json"))
     kinds = {(p.kind, p.split) for p in pairs if not p.should_hit}
@@ -96,11 +96,31 @@ def test_the_chinese_pair_set_has_both_splits_every_trap_kind_and_the_articles_o
 
 
 @pytest.mark.models
-def test_minilm_reads_no_chinese_pair_so_none_is_served(capsys: pytest.CaptureFixture[str]) -> None:
-    from fleet.commands.cache_eval import PAIRS_PATH, main
+def test_minilm_reads_no_chinese_pair_so_none_is_served(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.commands.cache_eval import main
+    from fleet.commands.pair_eval import PAIRS_PATH
 
     resolve_or_skip(built_registry(), "int8")
+    monkeypatch.setenv("FLEET_SEMANTIC_ENCODER_MODEL", "minilm-embed")
     main(["--pairs", str(PAIRS_PATH.with_name("semantic_pairs_zh.json")), "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert report["unreadable_pairs"] == 210
+    assert report["unreadable_pairs"] == 210 and report["encoder_why"] == ""
     assert report["shipped"]["traps"] == 0.0 and all(row["traps"] == 0.0 for row in report["rows"])
+
+
+@pytest.mark.models
+def test_unnamed_the_encoder_is_one_that_reads_the_pairs_and_the_chinese_targets_hold(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from fleet.commands.cache_eval import main
+    from fleet.commands.pair_eval import PAIRS_PATH
+
+    registry = built_registry()
+    resolve_or_skip(registry, "int8")
+    if not registry.versions("cache-verifier-multilingual") or not registry.versions("e5-embed"):
+        pytest.skip("e5-embed or cache-verifier-multilingual not built; run scripts/build-models")
+    status = main(["--pairs", str(PAIRS_PATH.with_name("semantic_pairs_zh.json")), "--holdout", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["encoder"].startswith("e5-embed") and "minilm-embed cannot read" in report["encoder_why"]
+    assert report["verifier"].startswith("cache-verifier-multilingual") and report["unreadable_pairs"] == 0
+    assert report["shipped"]["should_hit"] >= 0.40 and report["shipped"]["traps"] <= 0.01 and status == 0

@@ -207,7 +207,7 @@ def test_the_real_encoder_serves_a_paraphrase_but_not_a_negation_or_a_number_cha
 
 @pytest.mark.models
 def test_without_a_verifier_the_cosine_default_keeps_the_issue_4_targets_on_the_evaluation_pairs() -> None:
-    from fleet.commands.cache_eval import evaluate, load_pairs
+    from fleet.commands.pair_eval import evaluate, load_pairs
     from models.backends.onnx import OnnxEmbeddingBackend
 
     registry = built_registry()
