@@ -1,12 +1,14 @@
 """`scripts/bench cache-zh`: the semantic tier on Chinese customer-service traffic, the article's own.
 
 One in-process worker of faq-intent-multilingual (INT8; a bench alias, so no other consumer shares
-its topic) with the semantic cache on and e5-embed as its encoder, fed the stream of
-fleet_dev/bench/cache_chinese_stream.py one request at a time through the Python client, under
-four settings, each from an empty cache:
+its topic) with the semantic cache on, fed the stream of fleet_dev/bench/cache_chinese_stream.py
+one request at a time through the Python client, under four settings, each from an empty cache;
+the encoder is e5-embed in each, the one that reads with the model's tokenizer:
 
-    shipped default       the English cache-verifier decides (it cannot read Chinese: nothing is served)
-    multilingual verifier cache-verifier-multilingual decides (FLEET_SEMANTIC_VERIFIER_MODEL)
+    shipped default       what a worker of the model does unconfigured: e5-embed and the verifier
+                          trained through it, cache-verifier-multilingual
+    English verifier      cache-verifier decides (FLEET_SEMANTIC_VERIFIER_MODEL=cache-verifier): it
+                          cannot read Chinese, so nothing is served (the default before 2026-12-07)
     learned bound         no verifier; the learned bound (δ 1%, 95%) over e5-embed's cosine decides
     cosine and guards     no verifier, no bound: cosine >= 0.90 and the guards (what used to happen)
 
@@ -54,7 +56,7 @@ VERIFIERS = ("cache-verifier-multilingual", "cache-verifier")
 BENCH_MODEL = "faq-intent-multilingual-bench"
 SETTINGS: dict[str, dict[str, Any]] = {
     "shipped default": {},
-    "multilingual verifier": {"semantic_verifier_model": "cache-verifier-multilingual"},
+    "English verifier": {"semantic_verifier_model": "cache-verifier"},
     "learned bound": {"semantic_verifier": False, "semantic_max_wrong_rate": 0.01},
     "cosine and guards": {"semantic_verifier": False},
 }
@@ -106,7 +108,7 @@ class Run:
 def worker_settings(settings: FleetSettings, aliases: ModelRegistry, changes: dict[str, Any]) -> WorkerSettings:
     base = WorkerSettings(model=BENCH_MODEL, model_dir=aliases.root.resolve(), precision="int8",
                           kafka_bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url, home=settings.home,
-                          semantic_cache=True, semantic_encoder_model=ENCODER, semantic_only_when_paying=False,
+                          semantic_cache=True, semantic_only_when_paying=False,
                           max_queue_delay_ms=5, session_timeout_ms=6000)
     return base.model_copy(update=changes)
 
@@ -180,7 +182,7 @@ def count_wrong(run: Run, answers: Sequence[Answer], settings: WorkerSettings) -
     if not wrong:
         return
     computed = [answer for answer in answers if answer.tier is CacheTier.miss]
-    encoder = ModelLoader(settings.model_copy(update={"model": settings.semantic_encoder_model}).runtime()).load()
+    encoder = ModelLoader(settings.model_copy(update={"model": settings.semantic_encoder_model or ENCODER}).runtime()).load()
     vectors = encoder.infer([answer.query.text for answer in computed])
     wrong_vectors = encoder.infer([hit.query.text for hit, _ in wrong])
     for (hit, right), vector in zip(wrong, wrong_vectors, strict=True):
