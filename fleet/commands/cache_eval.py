@@ -39,7 +39,7 @@ def table(rows: list[Row], marks: dict[int, str]) -> str:
 
 def print_report(report: Report, pairs: list[Pair]) -> None:
     counts = {kind: sum(p.kind == kind for p in pairs) for kind in sorted({p.kind for p in pairs})}
-    print(f"encoder {report.encoder}; verifier {report.verifier or 'none registered'}; pairs: "
+    print(f"encoder {report.encoder}; verifier {report.verifier or 'none (off, or none registered)'}; pairs: "
           + ", ".join(f"{n} {kind}" for kind, n in counts.items()))
     if report.encoder_why:
         print(f"encoder chosen for these pairs: {report.encoder_why} (FLEET_SEMANTIC_ENCODER_MODEL names one)")

@@ -121,17 +121,17 @@ def guard_table(rows: list[GuardRow], running: Sequence[str]) -> str:
 def print_by_guard(report: GuardReport) -> None:
     point = (f"cosine >= {report.threshold:.2f}, verifier P(same) >= {report.verifier_threshold:.4f}"
              if report.verifier is not None else f"cosine >= {report.threshold:.2f}, no verifier")
-    print(f"encoder {report.encoder}; verifier {report.verifier or 'none registered'}; operating point: {point}")
+    print(f"encoder {report.encoder}; verifier {report.verifier or 'none (off, or none registered)'}; operating point: {point}")
     unread = (f" ({report.unreadable_pairs} with a text the encoder cannot read, {report.unjudged_pairs} with a token "
               "the verifier cannot read: never served)" if report.unreadable_pairs or report.unjudged_pairs else "")
     totals = report.totals
     print(f"{report.pairs} pairs: {report.traps} traps, {report.should_hits} should-hit{unread}")
-    print(f"without any guard the threshold and the verifier serve {totals.traps_unguarded} traps and "
+    decides = "the threshold and the verifier serve" if report.verifier is not None else "the threshold serves"
+    print(f"without any guard {decides} {totals.traps_unguarded} traps and "
           f"{totals.should_hits_unguarded} should-hit pairs; the guards stop {totals.traps_stopped} of those traps "
           f"({totals.traps_stopped_only_together} only by two checks or more) and refuse "
           f"{totals.should_hits_refused} of those should-hit pairs")
-    print(f"with every check (the rows below weigh each as if all ran), the threshold and the verifier stop "
-          f"{totals.traps_stopped} of those traps; a worker runs the checks marked 'runs here' and serves "
+    print(f"a worker runs the checks marked 'runs here' (the rows weigh each as if all ran) and serves "
           f"{report.shipped.traps:.1%} of traps and {report.shipped.should_hit:.1%} of should-hit pairs\n")
     print(guard_table(report.rows, report.running))
 

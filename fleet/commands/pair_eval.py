@@ -153,10 +153,13 @@ def embed_all(texts: list[str], registry_dir: Path | None = None, encoder_model:
 
 
 def open_verifier(encoder_name: str | None = None) -> CacheVerifier | None:
-    """The verifier a worker would load beside `encoder_name` (the settings' encoder if None)."""
+    """The verifier a worker would load beside `encoder_name` (the settings' encoder if None), or
+    None where the settings turn it off."""
     from models import ModelRegistry
 
     settings = WorkerSettings(model="minilm-embed")
+    if not settings.semantic_verifier:
+        return None  # FLEET_SEMANTIC_VERIFIER=false: the cosine threshold and every guard check decide
     if encoder_name is not None and settings.semantic_encoder_model is None:
         settings = settings.model_copy(update={"semantic_encoder_model": encoder_name})
     registry = ModelRegistry(settings.registry_dir)

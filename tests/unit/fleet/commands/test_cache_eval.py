@@ -124,3 +124,17 @@ def test_unnamed_the_encoder_is_one_that_reads_the_pairs_and_the_chinese_targets
     assert report["encoder"].startswith("e5-embed") and "minilm-embed cannot read" in report["encoder_why"]
     assert report["verifier"].startswith("cache-verifier-multilingual") and report["unreadable_pairs"] == 0
     assert report["shipped"]["should_hit"] >= 0.40 and report["shipped"]["traps"] <= 0.01 and status == 0
+
+
+@pytest.mark.models
+def test_with_the_verifier_off_the_cosine_threshold_and_every_guard_check_decide(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.commands.cache_eval import main
+    from workers import GUARD_CHECKS, SEMANTIC_THRESHOLD
+
+    resolve_or_skip(built_registry(), "int8")
+    monkeypatch.setenv("FLEET_SEMANTIC_VERIFIER", "false")
+    main(["--by-guard", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["verifier"] is None and report["threshold"] == SEMANTIC_THRESHOLD
+    assert report["running"] == [name for name, _ in GUARD_CHECKS]
