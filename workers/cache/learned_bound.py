@@ -119,6 +119,31 @@ class LearnedBound:
             accepted = self.edge(index)
         return accepted
 
+    @property
+    def least_rate(self) -> float:
+        """The least δ under which these labels would serve now: the descent starts at the highest bin
+        holding labels (above the floor), so its upper confidence bound decides. Falls toward the true
+        wrong rate there as labels come; 1.0 without any."""
+        for index in range(self.bins - 1, -1, -1):
+            if self.edge(index) < self.floor - 1e-12:
+                break
+            if self.labelled[index]:
+                labelled, wrong = sum(self.labelled[index:]), sum(self.wrong[index:])
+                return upper_wrong_rate(wrong, labelled, self.confidence)
+        return 1.0
+
+
+def upper_wrong_rate(wrong: int, labelled: int, confidence: float = DEFAULT_CONFIDENCE) -> float:
+    """The one-sided upper confidence bound of a wrong rate (Clopper-Pearson): the least rate p at
+    which `wrong` or fewer of `labelled` has probability <= 1 - confidence; 1.0 without labels."""
+    if labelled <= 0 or wrong >= labelled:
+        return 1.0
+    low, high = wrong / labelled, 1.0
+    for _ in range(50):  # bisection to well below any δ an operator sets
+        middle = (low + high) / 2
+        low, high = (low, middle) if binomial_cdf(wrong, labelled, middle) <= 1 - confidence else (middle, high)
+    return high
+
 
 def labels_needed(max_wrong_rate: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
     """Labels without a wrong one that a threshold needs before it is accepted (about 3/δ at 95%)."""

@@ -8,7 +8,9 @@ on the group so the entries the model computes next are added without encoding t
 cache-verifier is registered (and `semantic_verifier` is on), FAISS proposes the nearest candidates
 above the recall threshold that pass the guards, and the verifier (workers/cache/verifier.py), in
 the same worker thread and in one run over the group's candidate pairs, decides which (if any) is
-served: per text, its best-scored candidate at or above the verifier's threshold (`choose`).
+served: per text, its best-scored candidate at or above the verifier's threshold, unless another
+candidate that the verifier finds at least as likely the same question as not holds a different
+answer (`choice.py`): such a neighbourhood is ambiguous, and the model decides.
 Lookups run while they pay (workers/cache/lookup_cost.py). A text with words the encoder cannot
 read (unknown tokens) is neither looked up nor cached: it would look like any other such text.
 """
@@ -16,12 +18,10 @@ read (unknown tokens) is neither looked up nor cached: it would look like any ot
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from aiokafka import AIOKafkaProducer
 
 from common.redis_cluster import AnyRedis
@@ -32,7 +32,8 @@ from models.registry import ModelRegistry, RegistryError
 from workers.cache.exact import unpack_outputs
 from workers.cache.guards import meaning_conflict, verified_conflict
 from workers.cache.metrics import CacheMetrics
-from workers.cache.semantic import Candidate, SemanticCache, SemanticHit, outputs_agree
+from workers.cache.choice import candidate_pairs, choose
+from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
 from workers.cache.keys import canonical_text
 from workers.cache.learned_bound import LearnedBound, SharedBound
 from workers.cache.lookup_cost import LookupCost
@@ -45,36 +46,6 @@ from workers.compute.compute import Computed
 from workers.compute.prepare import Prepared, VersionGroup, drop_rows, timings_of
 
 log = logging.getLogger(__name__)
-
-# --- the verifier's choice among a batch's candidates ---
-
-VERIFIED_TOP_K = 3  # candidates judged per text: the nearest few hold the right one when any does
-
-
-def candidate_pairs(texts: Sequence[str], candidates: Sequence[Sequence[Candidate]],
-                    top_k: int = VERIFIED_TOP_K) -> list[tuple[str, str]]:
-    """(new text, cached text) for the first `top_k` candidates of each text, in order."""
-    return [(text, candidate.matched_text) for text, found in zip(texts, candidates, strict=True)
-            for candidate in found[:top_k]]
-
-
-def choose(candidates: Sequence[Sequence[Candidate]], scores: npt.NDArray[np.float32], threshold: float,
-           top_k: int = VERIFIED_TOP_K) -> list[tuple[Candidate, float] | None]:
-    """Per text: its best-scored candidate at or above `threshold`, with the score; `scores` are in
-    `candidate_pairs` order."""
-    expected = sum(len(found[:top_k]) for found in candidates)
-    if expected != len(scores):
-        raise ValueError(f"{len(scores)} scores for {expected} candidate pairs")
-    chosen: list[tuple[Candidate, float] | None] = []
-    at = 0
-    for found in candidates:
-        judged = list(found[:top_k])
-        row = [float(s) for s in scores[at:at + len(judged)]]
-        at += len(judged)
-        best = max(range(len(judged)), key=lambda i: (row[i], judged[i].similarity), default=None)
-        chosen.append(None if best is None or row[best] < threshold else (judged[best], row[best]))
-    return chosen
-
 
 @dataclass
 class Found:
@@ -226,7 +197,9 @@ class SemanticTier:
             if not pairs:
                 return Found(cache.settle([None] * len(texts)))
             verdicts = self.verifier.score(pairs)
-            best = choose(candidates, verdicts.scores, 0.0 if bound is not None else self.verifier.threshold)
+            best, refused = choose(candidates, verdicts.scores, 0.0 if bound is not None else self.verifier.threshold)
+            if refused:
+                self._metrics.semantic_ambiguous.labels(model=self._model).inc(refused)
             judged, verifier_ms = len(pairs), verdicts.elapsed_ms
             self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
             self._unjudged(verdicts.unreadable, len(pairs))

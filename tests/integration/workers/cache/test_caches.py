@@ -245,6 +245,30 @@ async def test_at_the_shipped_defaults_a_chinese_model_serves_the_articles_parap
     assert unreadable == 0 and refused >= 2, "the verifier read the traps and refused them"
 
 
+# From the Chinese stream bench: the verifier scores the question against the cached "turn it off" at
+# 0.99 and against "turn it on" at 0.95; the model answers the two apart. Served, it was a wrong answer.
+TURN_OFF_2FA, TURN_ON_2FA, WANTS_2FA_ON = "怎样给账户关闭两步验证", "怎样开启两步验证", "怎样让账号更安全，想启用两步验证"
+
+
+async def test_where_likely_candidates_answer_differently_the_model_decides(client: FleetClient, cleared: None) -> None:
+    settings = faq_settings(model=FAQ_MULTILINGUAL)
+    registry = ModelRegistry(settings.registry_dir)
+    if not registry.versions(FAQ_MULTILINGUAL) or CacheVerifier.newest(registry, name=MULTILINGUAL_VERIFIER) is None:
+        pytest.skip("faq-intent-multilingual or cache-verifier-multilingual not built; run scripts/build-models")
+    async with Serving(settings) as worker:
+        cached = [await client.infer(FAQ_MULTILINGUAL, text, timeout=60) for text in (TURN_OFF_2FA, TURN_ON_2FA)]
+        asked = await client.infer(FAQ_MULTILINGUAL, WANTS_2FA_ON, timeout=60)
+        assert worker.caches.semantic is not None and worker.caches.semantic.verifier is not None
+        verifier = worker.caches.semantic.verifier
+        ambiguous = worker.metrics.cache.semantic_ambiguous.labels(model=FAQ_MULTILINGUAL)._value.get()
+    assert [answer.cache for answer in cached] == [CacheTier.miss, CacheTier.miss]
+    assert [answer.outputs and answer.outputs["label"] for answer in cached] == ["disable_2fa", "enable_2fa"]
+    scores = verifier.score([(WANTS_2FA_ON, TURN_OFF_2FA), (WANTS_2FA_ON, TURN_ON_2FA)]).scores
+    assert max(scores) >= verifier.threshold and min(scores) >= 0.5, "without the rule the best one would be served"
+    assert asked.cache is CacheTier.miss and ambiguous == 1
+    assert asked.outputs is not None and asked.outputs["label"] == "enable_2fa"
+
+
 async def test_a_learned_bound_serves_nothing_cold_and_serves_once_recomputed_answers_allow(
         client: FleetClient, redis: Redis, cleared: None) -> None:
     delta = 0.25

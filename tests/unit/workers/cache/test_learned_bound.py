@@ -10,7 +10,8 @@ import random
 import pytest
 
 from workers.cache.learned_bound import (EXACT_LABELS, LearnedBound, binomial_cdf, bound_from_fields, bound_params,
-                                         chernoff_cdf_bound, counts_from_fields, describe, increments, labels_needed)
+                                         chernoff_cdf_bound, counts_from_fields, describe, increments, labels_needed,
+                                         upper_wrong_rate)
 
 
 def _learn(bound: LearnedBound, labels: list[tuple[float, bool]]) -> None:
@@ -52,6 +53,28 @@ def test_a_cold_bound_serves_nothing_and_needs_about_three_over_delta_clean_labe
     assert bound.threshold is None
     _learn(bound, [(0.97, True)])
     assert bound.threshold == pytest.approx(0.96)
+
+
+def test_the_upper_bound_of_the_wrong_rate_is_the_rate_the_binomial_test_just_accepts() -> None:
+    assert upper_wrong_rate(0, 0) == 1.0 and upper_wrong_rate(5, 5) == 1.0
+    for wrong, labelled in ((0, 299), (3, 1000), (20, 500)):
+        upper = upper_wrong_rate(wrong, labelled)
+        assert wrong / labelled < upper < 1
+        assert binomial_cdf(wrong, labelled, upper) <= 0.05 < binomial_cdf(wrong, labelled, upper * 0.999)
+    assert upper_wrong_rate(0, labels_needed(0.01)) <= 0.01 < upper_wrong_rate(0, labels_needed(0.01) - 1)
+
+
+def test_the_least_rate_falls_as_labels_come_and_the_bound_serves_once_it_is_under_delta() -> None:
+    bound = LearnedBound(0.01, floor=0.9)
+    assert bound.least_rate == 1.0
+    seen = []
+    for _ in range(4):
+        _learn(bound, [(0.99, True)] * 100)
+        seen.append(bound.least_rate)
+        assert (bound.threshold is not None) == (bound.least_rate <= 0.01)
+    assert seen == sorted(seen, reverse=True) and seen[-1] < 0.01 < seen[1]
+    _learn(bound, [(0.5, False)] * 50)  # below the floor: no say in what is served
+    assert bound.least_rate == seen[-1]
 
 
 def test_one_wrong_label_high_up_stops_the_descent_until_enough_right_ones_outweigh_it() -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 
+import msgpack
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from workers.cache.semantic import Candidate, SemanticCache, SemanticHit
 from workers.cache.lookup_cost import LookupCost
-from workers.cache.semantic_tier import candidate_pairs, choose
+from workers.cache.choice import UNDECIDED, candidate_pairs, choose, same_answer
 
 DIM = 16
 
@@ -44,16 +45,44 @@ def test_choose_takes_the_best_scored_candidate_at_or_above_the_threshold() -> N
     a, b, c = (Candidate(bytes([i]), 0.9 - i / 100, f"t{i}") for i in range(3))
     candidates = [[a, b], [c], []]
     assert candidate_pairs(["x", "y", "z"], candidates) == [("x", "t0"), ("x", "t1"), ("y", "t2")]
-    chosen = choose(candidates, np.array([0.4, 0.97, 0.6], dtype=np.float32), threshold=0.95)
+    chosen, refused = choose(candidates, np.array([0.4, 0.97, 0.6], dtype=np.float32), threshold=0.95)
     assert chosen == [(b, pytest.approx(0.97)), None, None]
+    assert refused == 0
 
 
 def test_choose_judges_only_the_top_k_and_checks_the_score_count() -> None:
     found = [[Candidate(b"", 0.9, f"t{i}") for i in range(5)]]
     assert len(candidate_pairs(["x"], found, top_k=3)) == 3
-    assert choose(found, np.array([0.1, 0.2, 0.99], dtype=np.float32), 0.5, top_k=3)[0][0].matched_text == "t2"
+    assert choose(found, np.array([0.1, 0.2, 0.99], dtype=np.float32), 0.5, top_k=3)[0][0][0].matched_text == "t2"
     with pytest.raises(ValueError):
         choose(found, np.array([0.1, 0.2], dtype=np.float32), 0.5, top_k=3)
+
+
+def answer(label: str, score: float = 0.9) -> bytes:
+    return msgpack.packb({"label": label, "scores": [score, 1 - score]})
+
+
+def test_a_neighbourhood_whose_likely_candidates_answer_differently_is_not_served() -> None:
+    """The stream bench's case: "enable two-step verification" near a cached "disable" question."""
+    enable, disable = Candidate(answer("enable_2fa"), 0.95, "启用两步验证"), Candidate(answer("disable_2fa"), 0.94, "关闭两步验证")
+    chosen, refused = choose([[enable, disable]], np.array([0.99, 0.7], dtype=np.float32), threshold=0.95)
+    assert chosen == [None] and refused == 1
+    chosen, refused = choose([[enable, disable]], np.array([0.99, UNDECIDED - 0.01], dtype=np.float32), threshold=0.95)
+    assert chosen == [(enable, pytest.approx(0.99))] and refused == 0  # the verifier rules the other one out
+
+
+def test_candidates_agreeing_on_the_answer_are_served_whatever_else_differs() -> None:
+    first = Candidate(answer("reset_password", 0.9), 0.95, "忘记密码怎么办")
+    second = Candidate(answer("reset_password", 0.8), 0.93, "密码忘了")
+    chosen, refused = choose([[first, second]], np.array([0.97, 0.98], dtype=np.float32), threshold=0.95)
+    assert chosen == [(second, pytest.approx(0.98))] and refused == 0
+
+
+def test_an_answer_a_worker_did_not_write_never_agrees() -> None:
+    assert same_answer(b"\xc1", b"\xc1")  # the same bytes are the same answer
+    assert not same_answer(b"\xc1", answer("a"))
+    assert not same_answer(msgpack.packb(3), msgpack.packb(4))
+    assert same_answer(answer("a", 0.9), answer("a", 0.6)) and not same_answer(answer("a"), answer("b"))
 
 
 def test_settle_counts_hits_and_misses() -> None:
