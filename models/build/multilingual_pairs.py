@@ -24,15 +24,12 @@
   FILE... --into train|calibration`): near is a character-bigram cosine of `NEAR_BIGRAM_COSINE` or
   more, a rule for any script that trusts no encoder ("怎么申请退款" / "如何申请退款" sit at 0.6).
 
-This module is apart from verifier_data.py and written_pairs.py on purpose: the English verifier's
-data version hashes those files, and its shipped adapter records that version.
+The data version is a hash of the training and held-out pairs (`verifier_data.pairs_digest`).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import random
 import sys
 import zlib
@@ -44,9 +41,9 @@ import numpy as np
 import numpy.typing as npt
 
 from models.build.intent_negatives import MINED_FILE
-from models.build.verifier_data import VerifierDataset, load_verifier_dataset, project_pairs
+from models.build.verifier_data import VerifierDataset, load_verifier_dataset, pairs_digest, project_pairs
 from models.build.verifier_pairs import PairExample
-from models.build.written_pairs import WRITTEN_DIR, GROUPS, pair_texts
+from models.build.written_pairs import WRITTEN_DIR, GROUPS, add_sets, pair_texts, read_pairs
 from models.same_question import normal_form
 
 DATA_NAME = "verifier-pairs-multilingual-v1"
@@ -70,9 +67,6 @@ def load_multilingual_dataset() -> VerifierDataset:
     """No generator probe: its pairs are English, and the English verifier's manifest holds their figures."""
     english = load_verifier_dataset()
     train_sets, calibration_sets = chinese_sets("train"), chinese_sets("calibration")
-    digest = hashlib.sha256(english.version.encode("utf-8"))
-    for path in (Path(__file__), CHINESE_PROJECT_PAIRS, MINED_FILE, *train_sets, *calibration_sets):
-        digest.update(path.read_bytes())
     chinese_heldout = [*project_pairs(CHINESE_PROJECT_PAIRS, "dev", as_split="calibration"),
                        *(pair for path in calibration_sets for pair in project_pairs(path, "dev", as_split="calibration"))]
     held = {(normal_form(pair.a), normal_form(pair.b)) for pair in (*english.heldout, *chinese_heldout)}
@@ -83,7 +77,7 @@ def load_multilingual_dataset() -> VerifierDataset:
                     if (normal_form(pair.a), normal_form(pair.b)) not in held]
     train = [*english.train, *chinese, *unrelated_pairs(chinese, english.train, UNRELATED_TRAIN, "train"), *other_intent]
     heldout = [*english.heldout, *chinese_heldout]
-    return VerifierDataset(f"{DATA_NAME} sha256:{digest.hexdigest()[:12]}", tuple(train), tuple(heldout), ())
+    return VerifierDataset(f"{DATA_NAME} sha256:{pairs_digest(train, heldout)}", tuple(train), tuple(heldout), ())
 
 
 def unrelated_pairs(chinese: Sequence[PairExample], english: Sequence[PairExample], counts: tuple[int, int, int],
@@ -118,9 +112,9 @@ def bigram_rows(texts: Sequence[str]) -> npt.NDArray[np.float32]:
 
 def chinese_honest_texts() -> list[str]:
     """The texts that judge the multilingual verifier: no written pair may come near them."""
-    pairs = _read(CHINESE_PROJECT_PAIRS)
+    pairs = read_pairs(CHINESE_PROJECT_PAIRS)
     held = {key: [p for p in pairs[key] if p.get("split") == "holdout"] for key in ("paraphrases", "near_misses")}
-    stream = [text for group in _read(CHINESE_STREAM)["groups"]
+    stream = [text for group in read_pairs(CHINESE_STREAM)["groups"]
               for text in (group["question"], *group["paraphrases"], *(trap["text"] for trap in group["traps"]))]
     return [*pair_texts(held), *stream]
 
@@ -146,18 +140,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--into", choices=GROUPS, required=True)
     args = parser.parse_args(argv)
     honest = chinese_honest_texts()
-    target = CHINESE_DIR / args.into
-    target.mkdir(parents=True, exist_ok=True)
-    for path in args.files:
-        clean, removed = decontaminate(_read(path), honest)
-        (target / path.name).write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"{path.name}: {len(clean['paraphrases'])} should-hit and {len(clean['near_misses'])} traps kept, "
-              f"{removed} removed")
+    add_sets(args.files, CHINESE_DIR / args.into, lambda pairs: decontaminate(pairs, honest))
     return 0
-
-
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
 if __name__ == "__main__":

@@ -100,18 +100,23 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--into", choices=GROUPS, required=True)
     args = parser.parse_args(argv)
     embed = registry_encoder()
-    honest = HonestTexts.of([text for path in HONEST_SETS for text in pair_texts(_read(path))], embed)
-    (WRITTEN_DIR / args.into).mkdir(parents=True, exist_ok=True)
-    for path in args.files:
-        clean, removed = decontaminate(_read(path), honest, embed)
-        (WRITTEN_DIR / args.into / path.name).write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n",
-                                                         encoding="utf-8")
-        print(f"{path.name}: {len(clean['paraphrases'])} should-hit and {len(clean['near_misses'])} traps kept, "
-              f"{removed} removed")
+    honest = HonestTexts.of([text for path in HONEST_SETS for text in pair_texts(read_pairs(path))], embed)
+    add_sets(args.files, WRITTEN_DIR / args.into, lambda pairs: decontaminate(pairs, honest, embed))
     return 0
 
 
-def _read(path: Path) -> dict[str, Any]:
+def add_sets(files: Sequence[Path], target: Path,
+             clean: Callable[[dict[str, Any]], tuple[dict[str, Any], int]]) -> None:
+    """Each pairs file, cleaned (what is kept, how many pairs removed), written into `target` under its name."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        kept, removed = clean(read_pairs(path))
+        (target / path.name).write_text(json.dumps(kept, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"{path.name}: {len(kept['paraphrases'])} should-hit and {len(kept['near_misses'])} traps kept, "
+              f"{removed} removed")
+
+
+def read_pairs(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from fleet_dev.intent_negatives import training_texts
 from models.build.intent_negatives import COUNTS, KIND, MIN_COSINE, MINED_FILE, other_intent_pairs
+from models.build import multilingual_pairs
 from models.build.multilingual_pairs import (
     CHINESE_PROJECT_PAIRS,
     NEAR_BIGRAM_COSINE,
@@ -121,3 +124,18 @@ def test_the_mined_other_intent_pairs_are_training_texts_and_only_train() -> Non
     assert sum(pair.kind == KIND for pair in dataset.train) == len(pairs)
     assert not any(pair.kind == KIND for pair in dataset.heldout)
 
+
+
+def test_adding_a_written_set_keeps_it_away_from_the_texts_that_judge_the_verifier(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    judged = chinese_honest_texts()[0]
+    written = tmp_path / "zh-set-9.json"
+    written.write_text(json.dumps({"about": "test", "paraphrases": [{"a": judged, "b": "随便一句话"},
+                                                                    {"a": "发票怎么开", "b": "怎么开发票"}],
+                                   "near_misses": [{"a": "发票怎么开", "b": "发票怎么作废", "kind": "opposite"}]},
+                                  ensure_ascii=False), encoding="utf-8")
+    monkeypatch.setattr(multilingual_pairs, "CHINESE_DIR", tmp_path / "zh")
+    assert multilingual_pairs.main([str(written), "--into", "train"]) == 0
+    kept = json.loads((tmp_path / "zh" / "train" / written.name).read_text(encoding="utf-8"))
+    assert [p["a"] for p in kept["paraphrases"]] == ["发票怎么开"] and len(kept["near_misses"]) == 1
+    assert "1 should-hit and 1 traps kept, 1 removed" in capsys.readouterr().out

@@ -7,7 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from models.build.verifier_data import load_verifier_dataset, project_pairs
+from models.build.verifier_data import load_verifier_dataset, pairs_digest, project_pairs
+from models.build.verifier_pairs import PairExample
 
 
 def test_the_project_trap_kinds_are_the_generators(tmp_path: Path) -> None:
@@ -57,3 +58,13 @@ def test_the_third_written_set_covers_every_trap_kind_of_the_issue() -> None:
     assert sum(pair.should_hit for pair in pairs) >= 40 and sum(traps.values()) >= 60
     assert {"negation", "antonym", "entity", "number", "date", "scope"} <= set(traps), traps
     assert len({(pair.a, pair.b) for pair in pairs}) == len(pairs) and all(pair.a != pair.b for pair in pairs)
+
+
+def test_the_data_version_names_the_pairs_not_the_code_that_made_them() -> None:
+    pair, trap = PairExample("怎么退款", "如何退款", "paraphrase", "train"), PairExample("a", "b", "negation", "train")
+    assert pairs_digest([pair, trap], []) == pairs_digest([PairExample("怎么退款", "如何退款", "paraphrase", "train"), trap], [])
+    assert pairs_digest([pair, trap], []) != pairs_digest([trap, pair], [])
+    assert pairs_digest([pair], [trap]) != pairs_digest([pair, trap], []), "a pair moved to the held-out side"
+    assert pairs_digest([pair], []) != pairs_digest([PairExample("怎么退款", "如何退款", "negation", "train")], [])
+    dataset = load_verifier_dataset()
+    assert dataset.version.endswith(pairs_digest(dataset.train, dataset.heldout)), "the probe is not in it"
