@@ -5,7 +5,8 @@ words each rule reads do not ("not", "enable"/"disable", "fridge"/"freezer", 三
 in `data/guard-words/<language>.json`, and every file there is read once at import and merged
 into one `GuardWords`: a text is checked against every language's words, so a language is added
 by adding a file, with no code and no setting. Each key is optional; an unknown key is refused,
-so a misspelt key fails loudly instead of silently dropping a rule.
+so a misspelt key fails loudly instead of silently dropping a rule. The English file also holds
+the verifier's pair generator's words (key "pair_generator"), which the guards do not read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from types import MappingProxyType
 from typing import Any
 
 DIRECTORY = Path(__file__).resolve().parent / "data" / "guard-words"
+# Keys of a language file the guards do not read: its note, and the words the verifier's pair
+# generator draws on (models/build/verifier_lexicon.py), kept beside the guards' so that a
+# language's words are in one file.
+NOT_THE_GUARDS = frozenset({"about", "pair_generator"})
 
 Side = frozenset[str]
 
@@ -64,11 +69,11 @@ def parse_language(path: Path) -> GuardWords:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a guard-words file holds one JSON object, not {type(data).__name__}")
-    unknown = sorted(set(data) - set(_PARSE) - {"about"})
+    unknown = sorted(set(data) - set(_PARSE) - NOT_THE_GUARDS)
     if unknown:
         raise ValueError(f"{path}: unknown guard-words key(s) {unknown}; known keys: {sorted(_PARSE)}")
     try:
-        return GuardWords(**{key: _PARSE[key](value) for key, value in data.items() if key != "about"})
+        return GuardWords(**{key: _PARSE[key](value) for key, value in data.items() if key not in NOT_THE_GUARDS})
     except (TypeError, ValueError, KeyError, AttributeError) as error:
         raise ValueError(f"{path}: malformed guard words: {error}") from error
 

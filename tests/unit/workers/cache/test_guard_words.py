@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
-from workers.cache.guard_words import DIRECTORY, WORDS, GuardWords, inflections, load_guard_words
+from workers.cache.guard_words import DIRECTORY, NOT_THE_GUARDS, WORDS, GuardWords, inflections, load_guard_words
 
 
 def write(directory: Path, name: str, words: dict[str, object]) -> None:
@@ -58,7 +58,7 @@ def test_a_malformed_value_is_refused_with_its_file(tmp_path: Path) -> None:
 def test_every_field_has_a_key_in_the_packaged_files() -> None:
     """Each field is read from one key of the same name, and the packaged files use every key."""
     keys = {key for path in DIRECTORY.glob("*.json") for key in json.loads(path.read_text(encoding="utf-8"))}
-    assert keys == {f.name for f in fields(GuardWords)} | {"about"}
+    assert keys == {f.name for f in fields(GuardWords)} | NOT_THE_GUARDS
 
 
 def test_the_packaged_files_hold_english_and_chinese() -> None:
@@ -79,3 +79,15 @@ def test_the_word_files_ship_in_the_wheel() -> None:
     for path in DIRECTORY.glob("*.json"):
         relative = path.relative_to(package).as_posix()
         assert any(fnmatch(relative, pattern) for pattern in package_data), f"{relative} is not package data"
+
+
+def test_the_verifiers_pair_generator_reads_its_words_from_the_same_file(tmp_path: Path) -> None:
+    from models.build import verifier_lexicon
+
+    assert verifier_lexicon.WORDS_FILE == DIRECTORY / "en.json"
+    assert ("enable", "disable") in verifier_lexicon.ANTONYMS and "Tokyo" in verifier_lexicon.ENTITY_CLASSES["city"]
+    write(tmp_path, "en.json", {"pair_generator": {"antonyms": [["up", "down"]]}, "negations": ["not"]})
+    assert load_guard_words(tmp_path) == GuardWords(negations=frozenset({"not"})), "the guards do not read it"
+    write(tmp_path, "en.json", {"pair_generatr": {}})
+    with pytest.raises(ValueError, match="unknown guard-words key"):
+        load_guard_words(tmp_path)
