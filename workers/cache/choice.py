@@ -1,17 +1,63 @@
-"""Which of a text's cached candidates the verifier's scores serve, if any: the best-scored one at
-or above the threshold, unless the neighbourhood is ambiguous (likely candidates that answer
-differently). Pure functions over the candidates and their scores; `semantic_tier.py` runs them.
+"""What "the same answer" means, and which of a text's cached candidates is served, if any.
+
+With a verifier: the best-scored candidate at or above its threshold (`choose`); without one, the
+nearest (`agreeing`). Either way not where the neighbourhood is ambiguous: likely candidates that
+answer differently. Pure functions over candidates and scores; semantic.py and semantic_tier.py
+run them.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from workers.cache.exact import unpack_outputs
-from workers.cache.semantic import Candidate, outputs_agree
-
+EMBEDDING_AGREEMENT = 0.99  # cosine at which two embeddings are the same answer
 VERIFIED_TOP_K = 3  # candidates judged per text: the nearest few hold the right one when any does
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A neighbour at or above the threshold that the guard passed: the verifier's to judge."""
+
+    outputs: bytes
+    similarity: float
+    matched_text: str
+
+
+def outputs_agree(cached: Mapping[str, Any], computed: Mapping[str, Any]) -> bool:
+    """Whether a cached answer is as good as the model's: same `label` for classifiers, cosine
+    >= 0.99 for embeddings, equality otherwise."""
+    if "label" in cached or "label" in computed:
+        return cached.get("label") == computed.get("label")
+    if "embedding" in cached and "embedding" in computed:
+        a = np.asarray(cached["embedding"], dtype=np.float64)
+        b = np.asarray(computed["embedding"], dtype=np.float64)
+        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+        return a.shape == b.shape and norms > 0 and float(a @ b) / norms >= EMBEDDING_AGREEMENT
+    return dict(cached) == dict(computed)
+
+
+def same_answer(a: bytes, b: bytes) -> bool:
+    """`outputs_agree` over two packed answers; bytes no worker wrote agree with nothing but themselves."""
+    if a == b:
+        return True
+    try:
+        first, second = msgpack.unpackb(a, raw=False), msgpack.unpackb(b, raw=False)
+    except ValueError:  # msgpack's errors derive from it
+        return False
+    return isinstance(first, dict) and isinstance(second, dict) and outputs_agree(first, second)
+
+
+def agreeing(found: Sequence[Candidate]) -> Candidate | None:
+    """Without a verifier: the nearest candidate, unless another one (each is at or above the
+    threshold and passed the guards) holds a different answer. Such a neighbourhood is ambiguous:
+    which answer is right turns on what cosine could not weigh (on or off, this feature or that)."""
+    if not found:
+        return None
+    return found[0] if all(same_answer(other.outputs, found[0].outputs) for other in found[1:]) else None
 
 
 def candidate_pairs(texts: Sequence[str], candidates: Sequence[Sequence[Candidate]],
@@ -58,13 +104,3 @@ def ambiguous(judged: Sequence[Candidate], scores: Sequence[float], best: int) -
     answer" as the task defines it (`outputs_agree`: the label for a classifier)."""
     return any(score >= UNDECIDED and not same_answer(judged[i].outputs, judged[best].outputs)
                for i, score in enumerate(scores) if i != best)
-
-
-def same_answer(a: bytes, b: bytes) -> bool:
-    if a == b:
-        return True
-    try:
-        first, second = unpack_outputs(a), unpack_outputs(b)
-    except ValueError:  # msgpack's errors derive from it; not an answer a worker wrote
-        return False
-    return isinstance(first, dict) and isinstance(second, dict) and outputs_agree(first, second)

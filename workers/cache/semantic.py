@@ -26,14 +26,14 @@ import hashlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from models.backends.flavour import FIX
+from workers.cache.choice import Candidate, agreeing
 from workers.cache.guards import meaning_conflict
 
 try:
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD = 0.90  # `fleet cache-eval`: the seed's 0.95 serves too few paraphrases; see its table
 TOP_K = 4
-EMBEDDING_AGREEMENT = 0.99
 
 Guard = Callable[[str, str], "str | None"]
 
@@ -65,15 +64,6 @@ class SemanticHit:
     verifier_score: float | None = None  # the verifier's P(same), where a verifier decided
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A neighbour at or above the threshold that the guard passed: the verifier's to judge."""
-
-    outputs: bytes
-    similarity: float
-    matched_text: str
-
-
 @dataclass
 class _Entry:
     key: bytes
@@ -86,19 +76,6 @@ class _Entry:
 class _Segment:
     index: faiss.Index
     ids: list[int] = field(default_factory=list)
-
-
-def outputs_agree(cached: Mapping[str, Any], computed: Mapping[str, Any]) -> bool:
-    """Whether a cached answer is as good as the model's: same `label` for classifiers, cosine
-    >= 0.99 for embeddings, equality otherwise."""
-    if "label" in cached or "label" in computed:
-        return cached.get("label") == computed.get("label")
-    if "embedding" in cached and "embedding" in computed:
-        a = np.asarray(cached["embedding"], dtype=np.float64)
-        b = np.asarray(computed["embedding"], dtype=np.float64)
-        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-        return a.shape == b.shape and norms > 0 and float(a @ b) / norms >= EMBEDDING_AGREEMENT
-    return dict(cached) == dict(computed)
 
 
 class SemanticCache:
@@ -137,7 +114,8 @@ class SemanticCache:
         self._by_key: dict[bytes, int] = {}
         self._next_id = 0
         self._vectors = 0
-        self._counts = {"hits": 0, "misses": 0, "verified": 0, "false_hits": 0, "evictions": 0, "blocked": 0}
+        self._counts = {"hits": 0, "misses": 0, "verified": 0, "false_hits": 0, "evictions": 0, "blocked": 0,
+                        "ambiguous": 0}
 
     # --- state ---------------------------------------------------------------------------
 
@@ -182,6 +160,11 @@ class SemanticCache:
         return self._counts["blocked"]
 
     @property
+    def ambiguous(self) -> int:
+        """Misses where passing neighbours answered differently (`agreeing`)."""
+        return self._counts["ambiguous"]
+
+    @property
     def evictions(self) -> int:
         """Live entries dropped to stay within capacity."""
         return self._counts["evictions"]
@@ -205,7 +188,8 @@ class SemanticCache:
     # --- lookups and adds ----------------------------------------------------------------
 
     def lookup(self, texts: Sequence[str], vectors: npt.ArrayLike) -> list[SemanticHit | None]:
-        """Per text: the best of its TOP_K neighbours at or above the threshold that the guard passes."""
+        """Per text: the best of its TOP_K neighbours at or above the threshold that the guard passes,
+        unless those answer differently (`agreeing`)."""
         if not texts:
             return []
         queries = self._rows(vectors, len(texts))
@@ -344,12 +328,15 @@ class SemanticCache:
         return [sorted(row, reverse=True)[:TOP_K] for row in merged]
 
     def _best(self, text: str, candidates: list[tuple[float, int]]) -> SemanticHit | None:
-        passing = self._passing(text, candidates)[:1]
-        for similarity, entry_id in passing:
-            entry = self._entries[entry_id]
-            return SemanticHit(outputs=entry.outputs, similarity=min(1.0, float(similarity)), matched_text=entry.text,
-                               verify=self._sample_verify(), threshold=self._threshold)
-        return None
+        """The nearest passing neighbour, unless the neighbourhood is ambiguous (`agreeing`)."""
+        passing = [Candidate(self._entries[i].outputs, min(1.0, float(similarity)), self._entries[i].text)
+                   for similarity, i in self._passing(text, candidates)]
+        best = agreeing(passing)
+        self._counts["ambiguous"] += best is None and bool(passing)
+        if best is None:
+            return None
+        return SemanticHit(outputs=best.outputs, similarity=best.similarity, matched_text=best.matched_text,
+                           verify=self._sample_verify(), threshold=self._threshold)
 
     def _passing(self, text: str, candidates: list[tuple[float, int]]) -> list[tuple[float, int]]:
         """The neighbours at or above the threshold that the guard passes; `blocked` counts a text whose

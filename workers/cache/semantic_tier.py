@@ -32,8 +32,8 @@ from models.registry import ModelRegistry, RegistryError
 from workers.cache.exact import unpack_outputs
 from workers.cache.guards import meaning_conflict, verified_conflict
 from workers.cache.metrics import CacheMetrics
-from workers.cache.choice import candidate_pairs, choose
-from workers.cache.semantic import SemanticCache, SemanticHit, outputs_agree
+from workers.cache.choice import agreeing, candidate_pairs, choose, outputs_agree
+from workers.cache.semantic import SemanticCache, SemanticHit
 from workers.cache.keys import canonical_text
 from workers.cache.learned_bound import LearnedBound, SharedBound
 from workers.cache.lookup_cost import LookupCost
@@ -187,11 +187,18 @@ class SemanticTier:
         """Hits per text; with a learned bound, also the best candidate of each text not served (its
         label comes free when the model computes the text)."""
         if self.verifier is None and bound is None:
-            return Found(cache.lookup(texts, vectors))
+            ambiguous = cache.ambiguous
+            found = Found(cache.lookup(texts, vectors))
+            if cache.ambiguous > ambiguous:
+                self._metrics.semantic_ambiguous.labels(model=self._model).inc(cache.ambiguous - ambiguous)
+            return found
         candidates = cache.candidates(texts, vectors)
         judged, verifier_ms = 0, 0.0
         if self.verifier is None:
-            best = [(found[0], found[0].similarity) if found else None for found in candidates]
+            nearest = [agreeing(found) for found in candidates]
+            best = [None if pick is None else (pick, pick.similarity) for pick in nearest]
+            if refused := sum(pick is None and bool(found) for pick, found in zip(nearest, candidates, strict=True)):
+                self._metrics.semantic_ambiguous.labels(model=self._model).inc(refused)
         else:
             pairs = candidate_pairs(texts, candidates)
             if not pairs:

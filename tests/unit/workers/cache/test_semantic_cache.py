@@ -12,7 +12,8 @@ import numpy.typing as npt
 import pytest
 
 from tests.built_models import built_registry, resolve_or_skip
-from workers.cache.semantic import DEFAULT_THRESHOLD, SemanticCache, SemanticHit, outputs_agree
+from workers.cache.choice import outputs_agree
+from workers.cache.semantic import DEFAULT_THRESHOLD, SemanticCache, SemanticHit
 
 DIM = 16
 

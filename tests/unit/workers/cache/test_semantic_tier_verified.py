@@ -11,9 +11,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from workers.cache.semantic import Candidate, SemanticCache, SemanticHit
+from workers.cache.semantic import SemanticCache, SemanticHit
 from workers.cache.lookup_cost import LookupCost
-from workers.cache.choice import UNDECIDED, candidate_pairs, choose, same_answer
+from workers.cache.choice import UNDECIDED, Candidate, candidate_pairs, choose, same_answer
 
 DIM = 16
 
@@ -83,6 +83,22 @@ def test_an_answer_a_worker_did_not_write_never_agrees() -> None:
     assert not same_answer(b"\xc1", answer("a"))
     assert not same_answer(msgpack.packb(3), msgpack.packb(4))
     assert same_answer(answer("a", 0.9), answer("a", 0.6)) and not same_answer(answer("a"), answer("b"))
+
+
+def test_without_a_verifier_neighbours_above_the_threshold_that_answer_differently_are_not_served() -> None:
+    cache = SemanticCache(DIM, threshold=0.90, verify_fraction=0.0, guard=None)
+    v = unit(1)
+    cache.add(["turn on two-step login", "turn off two-step login"],
+              np.stack([at_cosine(v, 0.95, 2), at_cosine(v, 0.93, 3)]), [answer("enable_2fa"), answer("disable_2fa")])
+    assert cache.lookup(["enable two-step login please"], v[None, :]) == [None]
+    assert cache.ambiguous == 1 and cache.misses == 1
+    cache.add(["is two-step login on"], at_cosine(v, 0.99, 4)[None, :], [answer("enable_2fa")])
+    w = unit(5)
+    cache.add(["close my account", "delete my account"], np.stack([at_cosine(w, 0.97, 6), at_cosine(w, 0.95, 7)]),
+              [answer("delete_account", 0.9), answer("delete_account", 0.7)])
+    (hit,) = cache.lookup(["remove my account"], w[None, :])
+    assert hit is not None and hit.matched_text == "close my account", "neighbours that agree are served"
+    assert cache.ambiguous == 1
 
 
 def test_settle_counts_hits_and_misses() -> None:
