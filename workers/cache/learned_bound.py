@@ -189,8 +189,10 @@ def describe(bound: LearnedBound) -> str:
     promise = f"at most {bound.max_wrong_rate:.2%} wrong with {bound.confidence:.0%} confidence"
     threshold = bound.threshold
     if threshold is None:
+        least = bound.least_rate
+        allowed = f"; its labels allow {least:.2%} now" if least < 1.0 else ""
         return (f"{promise}: cold, serves nothing yet ({bound.labels} labels, {wrong} wrong; about "
-                f"{labels_needed(bound.max_wrong_rate, bound.confidence)} right ones at a score are needed)")
+                f"{labels_needed(bound.max_wrong_rate, bound.confidence)} right ones at a score are needed{allowed})")
     return f"{promise}: serves scores >= {threshold:.2f} ({bound.labels} labels, {wrong} wrong)"
 
 

@@ -58,6 +58,10 @@ class CacheMetrics:
         self.semantic_bound_threshold = Gauge(f"{PREFIX}_semantic_bound_threshold", "Least score the learned bound "
                                               "serves at (NaN while the labels allow none)", ["model", "version"],
                                               registry=reg)
+        self.semantic_bound_least_rate = Gauge(f"{PREFIX}_semantic_bound_least_rate", "Least δ the learned bound's "
+                                               "labels would serve under now (upper confidence bound of the wrong "
+                                               "rate at its top score; it serves once this is under δ)",
+                                               ["model", "version"], registry=reg)
         self.semantic_bound_labels = Gauge(f"{PREFIX}_semantic_bound_labels", "Labels the learned bound holds, "
                                            "shared by the version's workers", ["model", "version"], registry=reg)
         self.verifier_candidates = Counter(f"{PREFIX}_verifier_candidates", "Semantic candidates the verifier "

@@ -338,6 +338,7 @@ class SemanticTier:
                 self._metrics.semantic_bound_threshold.labels(model=model, version=version).set(
                     float("nan") if threshold is None else threshold)
                 self._metrics.semantic_bound_labels.labels(model=model, version=version).set(bound.bound.labels)
+                self._metrics.semantic_bound_least_rate.labels(model=model, version=version).set(bound.bound.least_rate)
         self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)
         caches = [cache for cache, _ in self._versions.values()]
         self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))
