@@ -23,6 +23,7 @@ PUBLIC = {
     "ModelLoader": "models.loading",
     "RuntimeOptions": "models.backends.options",
     "OnnxEmbeddingBackend": "models.backends.onnx",
+    "TokenizedBackend": "models.backends.tokenized",
     "infer_in_chunks": "models.backends.base",
     # what this install can run (`fleet doctor`)
     "Installed": "models.backends.flavour",

@@ -23,7 +23,7 @@ from workers.batching.policy import BatchPolicy
 from workers.cancelled_batches import CancelledBatches
 from workers.batching.sizing import BatchSizing
 from workers.cache.batch import BatchCaches
-from workers.cache.semantic_models import semantic_models
+from workers.cache.semantic_models import DEFAULT_ENCODER, semantic_models
 from common.startup import waited
 from common.topics import ensure_topics
 from workers.delivery.dead_letters import MAX_TEXT_CHARS as DEAD_LETTER_TEXT_CHARS, DeadLetterPolicy
@@ -91,11 +91,14 @@ async def assemble(settings: WorkerSettings, who: WorkerIdentity, *, models: Mod
     stable = models.serving.stable
     policy = BatchPolicy(settings.max_batch_size, settings.max_queue_delay_ms, settings.batch_policy,
                          settings.preferred_batch_sizes)
-    semantic = semantic_models(settings, loader.registry, stable.manifest)
+    cache_settings = settings
     if settings.semantic_cache:
+        semantic = semantic_models(settings, loader.registry, stable.manifest)
         log.info("semantic cache reads with %s (%s) and %s", semantic.encoder, semantic.why, semantic.verifier)
-    caches = BatchCaches(semantic.applied(settings), redis=redis, producer=producer, metrics=metrics.cache,
-                         load_encoder=lambda: loader.load_encoder(semantic.encoder, settings.semantic_encoder_precision),
+        cache_settings = semantic.applied(settings)
+    caches = BatchCaches(cache_settings, redis=redis, producer=producer, metrics=metrics.cache,
+                         load_encoder=lambda: loader.load_encoder(cache_settings.semantic_encoder_model or DEFAULT_ENCODER,
+                                                                  settings.semantic_encoder_precision),
                          task=stable.manifest.task)
     # The cache generation is read from Redis before the first lookup: a Redis restart is waited out.
     await waited("worker", f"Redis at {settings.redis_url_redacted} (reading the cache generation)", caches.start,

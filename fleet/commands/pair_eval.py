@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,9 @@ from workers import (
     semantic_models,
     verified_conflict,
 )
+
+if TYPE_CHECKING:
+    from models import TokenizedBackend
 
 PAIRS_PATH = Path(__file__).resolve().parents[2] / "workers" / "cache" / "data" / "semantic_pairs.json"
 THRESHOLDS = (0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
@@ -132,7 +135,7 @@ def embed_all(texts: list[str], registry_dir: Path | None = None, encoder_model:
     first = semantic_models(settings, loader.registry).encoder
     others = [] if settings.semantic_encoder_model else [name for name in VERIFIER_OF_ENCODER if name != first]
     unique = list(dict.fromkeys(texts))
-    chosen: tuple[str, Any, frozenset[str]] | None = None
+    chosen: tuple[str, TokenizedBackend, frozenset[str]] | None = None
     for name in (first, *others):
         try:
             encoder = loader.load_encoder(name, settings.semantic_encoder_precision)

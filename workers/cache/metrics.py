@@ -59,9 +59,8 @@ class CacheMetrics:
                                               "serves at (NaN while the labels allow none)", ["model", "version"],
                                               registry=reg)
         self.semantic_bound_least_rate = Gauge(f"{PREFIX}_semantic_bound_least_rate", "Least δ the learned bound's "
-                                               "labels would serve under now (upper confidence bound of the wrong "
-                                               "rate at its top score; it serves once this is under δ)",
-                                               ["model", "version"], registry=reg)
+                                               "labels allow now (it serves once this is under δ)", ["model", "version"],
+                                               registry=reg)
         self.semantic_bound_labels = Gauge(f"{PREFIX}_semantic_bound_labels", "Labels the learned bound holds, "
                                            "shared by the version's workers", ["model", "version"], registry=reg)
         self.verifier_candidates = Counter(f"{PREFIX}_verifier_candidates", "Semantic candidates the verifier "
