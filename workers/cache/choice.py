@@ -16,6 +16,11 @@ import numpy.typing as npt
 
 EMBEDDING_AGREEMENT = 0.99  # cosine at which two embeddings are the same answer
 VERIFIED_TOP_K = 3  # candidates judged per text: the nearest few hold the right one when any does
+# A candidate the verifier finds at least this likely to be the same question speaks for the
+# neighbourhood. Where such candidates answer differently, which answer is right depends on the very
+# difference the verifier could not weigh (on or off, this feature or that): on the Chinese stream
+# bench these were most wrong answers served (enable vs disable two-step verification), in any language.
+UNDECIDED = 0.5
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,11 @@ def same_answer(a: bytes, b: bytes) -> bool:
     """`outputs_agree` over two packed answers; bytes no worker wrote agree with nothing but themselves."""
     if a == b:
         return True
-    try:
+    try:  # msgpack's errors derive from ValueError; numpy's on a malformed embedding are one of the two
         first, second = msgpack.unpackb(a, raw=False), msgpack.unpackb(b, raw=False)
-    except ValueError:  # msgpack's errors derive from it
+        return isinstance(first, dict) and isinstance(second, dict) and outputs_agree(first, second)
+    except (ValueError, TypeError):
         return False
-    return isinstance(first, dict) and isinstance(second, dict) and outputs_agree(first, second)
 
 
 def agreeing(found: Sequence[Candidate]) -> Candidate | None:
@@ -68,35 +73,29 @@ def candidate_pairs(texts: Sequence[str], candidates: Sequence[Sequence[Candidat
 
 
 def choose(candidates: Sequence[Sequence[Candidate]], scores: npt.NDArray[np.float32], threshold: float,
-           top_k: int = VERIFIED_TOP_K) -> tuple[list[tuple[Candidate, float] | None], int]:
+           top_k: int = VERIFIED_TOP_K) -> tuple[list[tuple[Candidate, float] | None], dict[int, float]]:
     """Per text: its best-scored candidate at or above `threshold`, with the score, unless the
-    neighbourhood is ambiguous (`ambiguous`); and how many texts were refused as ambiguous. `scores`
-    are in `candidate_pairs` order."""
+    neighbourhood is ambiguous (`ambiguous`); and the texts refused as ambiguous, by row, with the
+    score their best candidate had. `scores` are in `candidate_pairs` order."""
     expected = sum(len(found[:top_k]) for found in candidates)
     if expected != len(scores):
         raise ValueError(f"{len(scores)} scores for {expected} candidate pairs")
     chosen: list[tuple[Candidate, float] | None] = []
-    refused, at = 0, 0
-    for found in candidates:
+    refused: dict[int, float] = {}
+    at = 0
+    for row, found in enumerate(candidates):
         judged = list(found[:top_k])
-        row = [float(s) for s in scores[at:at + len(judged)]]
+        scored = [float(s) for s in scores[at:at + len(judged)]]
         at += len(judged)
-        best = max(range(len(judged)), key=lambda i: (row[i], judged[i].similarity), default=None)
-        if best is None or row[best] < threshold:
+        best = max(range(len(judged)), key=lambda i: (scored[i], judged[i].similarity), default=None)
+        if best is None or scored[best] < threshold:
             chosen.append(None)
-        elif ambiguous(judged, row, best):
+        elif ambiguous(judged, scored, best):
             chosen.append(None)
-            refused += 1
+            refused[row] = scored[best]
         else:
-            chosen.append((judged[best], row[best]))
+            chosen.append((judged[best], scored[best]))
     return chosen, refused
-
-
-# A candidate the verifier finds at least this likely to be the same question speaks for the
-# neighbourhood. Where such candidates answer differently, which answer is right depends on the very
-# difference the verifier could not weigh (on or off, this feature or that): on the Chinese stream
-# bench these were most wrong answers served (enable vs disable two-step verification), in any language.
-UNDECIDED = 0.5
 
 
 def ambiguous(judged: Sequence[Candidate], scores: Sequence[float], best: int) -> bool:

@@ -3,7 +3,8 @@ at most `max_wrong_rate` (δ) of the answers served at its score are wrong, with
 
 The fleet can always tell whether a cached answer was right: recompute it. Every candidate the
 tier did not serve is computed by the model anyway, so comparing its cached answer with the
-computed one is a free label; a sampled share of the served hits is recomputed too. Each label is
+computed one is a free label; a sampled share of the served hits is recomputed too. A candidate in
+an ambiguous neighbourhood (workers/cache/choice.py) gives none: it is never served. Each label is
 (score, right or wrong), the score being the verifier's P(same) or, without a verifier, the
 cosine. Labels are counted in score bins, shared by the workers of a version (Redis), so their
 number is bounded by the bins whatever the traffic.
@@ -134,11 +135,12 @@ class LearnedBound:
 
 
 def upper_wrong_rate(wrong: int, labelled: int, confidence: float = DEFAULT_CONFIDENCE) -> float:
-    """The one-sided upper confidence bound of a wrong rate (Clopper-Pearson): the least rate p at
-    which `wrong` or fewer of `labelled` has probability <= 1 - confidence; 1.0 without labels."""
+    """The one-sided upper confidence bound of a wrong rate: the least rate p at which `wrong` or fewer
+    of `labelled` has probability <= 1 - confidence under `binomial_cdf` (Clopper-Pearson up to
+    EXACT_LABELS, the Chernoff bound's, never lower, beyond); 1.0 without labels."""
     if labelled <= 0 or wrong >= labelled:
         return 1.0
-    low, high = wrong / labelled, 1.0
+    low, high = 0.0, 1.0
     for _ in range(50):  # bisection to well below any δ an operator sets
         middle = (low + high) / 2
         low, high = (low, middle) if binomial_cdf(wrong, labelled, middle) <= 1 - confidence else (middle, high)
@@ -225,6 +227,7 @@ class SharedBound:
         self._read_at: float | None = None
         self._pending: dict[str, int] = {}
         self.threshold: float | None = None
+        self.least_rate = 1.0  # LearnedBound.least_rate at the last read, for the metrics
         self.waiting_since: float | None = None  # when Redis last failed, until it answers again
 
     def add(self, labels: Iterable[tuple[float, bool]]) -> None:
@@ -258,4 +261,5 @@ class SharedBound:
         self._pending.clear()
         self.bound.merge(*counts_from_fields(replies[-1], self.bound.bins))
         self.threshold = self.bound.threshold
+        self.least_rate = self.bound.least_rate
         self._read_at = now

@@ -66,8 +66,8 @@ class CacheMetrics:
         self.verifier_candidates = Counter(f"{PREFIX}_verifier_candidates", "Semantic candidates the verifier "
                                            "judged, by whether it accepted one for its text", ["model", "accepted"],
                                            registry=reg)
-        self.semantic_ambiguous = Counter(f"{PREFIX}_semantic_ambiguous", "Texts not served because candidates the "
-                                          "verifier found likely the same question hold different answers",
+        self.semantic_ambiguous = Counter(f"{PREFIX}_semantic_ambiguous", "Texts not served only because likely "
+                                          "candidates (P(same) >= 0.5, or any above the threshold) answer differently",
                                           ["model"], registry=reg)
         self.verifier_seconds = Histogram(f"{PREFIX}_verifier_seconds", "Time of one verifier run over a batch's "
                                           "candidates", ["model"], registry=reg)

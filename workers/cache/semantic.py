@@ -9,8 +9,9 @@ a flat scan per lookup costs too much) cannot remove vectors: dropping a segment
 graph at once, and a replaced entry is only a tombstone until its segment goes. Below that
 size each segment is an exact IndexFlatIP.
 
-`lookup` serves the best neighbour the guard passes; `candidates` + `settle` leave the choice
-among them to a verifier (workers/cache/semantic_tier.py, `choose`). Correctness is measured, not assumed:
+`lookup` serves the nearest neighbour the guard passes, unless those above the threshold answer
+differently (`agreeing`); `candidates` + `settle` leave the choice among them to a verifier
+(workers/cache/choice.py, `choose`). Correctness is measured, not assumed:
 `verify` marks a sampled share of hits that the caller also computes; `record_verification`
 feeds the comparison into a sliding window; a verified false-hit rate above the budget raises
 the threshold one step (off past `max_threshold`), a full window within half of it lowers it

@@ -79,6 +79,7 @@ class SemanticTier:
         self._versions: dict[str, tuple[SemanticCache, SemanticLog]] = {}
         self._generation = 0
         self._evictions_seen = 0
+        self._ambiguous_seen = 0
         self._changes_seen: dict[tuple[str, str], int] = {}
         self.cost = LookupCost()
 
@@ -185,31 +186,27 @@ class SemanticTier:
 
     def _find(self, cache: SemanticCache, texts: list[str], vectors: Any, bound: SharedBound | None) -> Found:
         """Hits per text; with a learned bound, also the best candidate of each text not served (its
-        label comes free when the model computes the text)."""
+        label comes free when the model computes the text). Lookups without either count their
+        ambiguous refusals in the cache (`_report` exports them)."""
         if self.verifier is None and bound is None:
-            ambiguous = cache.ambiguous
-            found = Found(cache.lookup(texts, vectors))
-            if cache.ambiguous > ambiguous:
-                self._metrics.semantic_ambiguous.labels(model=self._model).inc(cache.ambiguous - ambiguous)
-            return found
+            return Found(cache.lookup(texts, vectors))
         candidates = cache.candidates(texts, vectors)
         judged, verifier_ms = 0, 0.0
         if self.verifier is None:
             nearest = [agreeing(found) for found in candidates]
             best = [None if pick is None else (pick, pick.similarity) for pick in nearest]
-            if refused := sum(pick is None and bool(found) for pick, found in zip(nearest, candidates, strict=True)):
-                self._metrics.semantic_ambiguous.labels(model=self._model).inc(refused)
+            ambiguous = {row: found[0].similarity for row, (pick, found) in enumerate(zip(nearest, candidates, strict=True))
+                         if pick is None and found}
         else:
             pairs = candidate_pairs(texts, candidates)
             if not pairs:
                 return Found(cache.settle([None] * len(texts)))
             verdicts = self.verifier.score(pairs)
-            best, refused = choose(candidates, verdicts.scores, 0.0 if bound is not None else self.verifier.threshold)
-            if refused:
-                self._metrics.semantic_ambiguous.labels(model=self._model).inc(refused)
+            best, ambiguous = choose(candidates, verdicts.scores, 0.0 if bound is not None else self.verifier.threshold)
             judged, verifier_ms = len(pairs), verdicts.elapsed_ms
             self._metrics.verifier_seconds.labels(model=self._model).observe(verdicts.elapsed_ms / 1000)
             self._unjudged(verdicts.unreadable, len(pairs))
+        self._count_ambiguous(ambiguous, bound)
         if bound is None:
             chosen = best
         else:
@@ -222,6 +219,17 @@ class SemanticTier:
         probes = {row: (pick[1], pick[0].outputs) for row, (pick, served) in enumerate(zip(best, chosen, strict=True))
                   if bound is not None and pick is not None and served is None}
         return Found(cache.settle(chosen), probes, judged, verifier_ms)
+
+    def _count_ambiguous(self, ambiguous: dict[int, float], bound: SharedBound | None) -> None:
+        """Texts refused only for their ambiguous neighbourhood: under a learned bound, those whose best
+        score it would have served (none while it is cold)."""
+        if bound is None:
+            refused = len(ambiguous)
+        else:
+            threshold = bound.threshold
+            refused = 0 if threshold is None else sum(score >= threshold for score in ambiguous.values())
+        if refused:
+            self._metrics.semantic_ambiguous.labels(model=self._model).inc(refused)
 
     async def remember(self, computed: Computed) -> None:
         """Add what the model computed; score the sampled hits it computed to check them."""
@@ -338,7 +346,7 @@ class SemanticTier:
                 self._metrics.semantic_bound_threshold.labels(model=model, version=version).set(
                     float("nan") if threshold is None else threshold)
                 self._metrics.semantic_bound_labels.labels(model=model, version=version).set(bound.bound.labels)
-                self._metrics.semantic_bound_least_rate.labels(model=model, version=version).set(bound.bound.least_rate)
+                self._metrics.semantic_bound_least_rate.labels(model=model, version=version).set(bound.least_rate)
         self._metrics.semantic_paying.labels(model=model).set(1 if self.cost.paying else 0)
         caches = [cache for cache, _ in self._versions.values()]
         self._metrics.entries.labels(model=model, tier="semantic").set(sum(c.entries for c in caches))
@@ -346,3 +354,6 @@ class SemanticTier:
         evictions = sum(c.evictions for c in caches)
         self._metrics.evictions.labels(model=model, tier="semantic").inc(max(evictions - self._evictions_seen, 0))
         self._evictions_seen = evictions
+        ambiguous = sum(c.ambiguous for c in caches)  # lookups without a verifier or a bound count them there
+        self._metrics.semantic_ambiguous.labels(model=model).inc(max(ambiguous - self._ambiguous_seen, 0))
+        self._ambiguous_seen = ambiguous

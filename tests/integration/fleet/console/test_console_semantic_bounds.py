@@ -19,8 +19,10 @@ async def test_the_console_says_what_each_served_versions_bound_serves(redis: Re
         for version, labels in (("v1", 400), ("v2", 10), ("old", 400)):
             shared = SharedBound(redis, semantic_bound_key(model, version, "cosine-e"), LearnedBound(0.01, floor=0.5),
                                  index=(semantic_bounds_index_key(model), f"{version}:cosine-e"))
+            assert shared.least_rate == 1.0, "no labels read yet"
             shared.add([(0.97, True)] * labels)
             await shared.sync()
+            assert shared.least_rate == shared.bound.least_rate < 1.0, "kept from the read, for the metrics"
         lines = await bound_lines(redis, model, ["v1", "v2"])
     finally:
         await redis.delete(*keys, semantic_bounds_index_key(model))

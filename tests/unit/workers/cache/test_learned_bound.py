@@ -160,3 +160,11 @@ def test_a_reader_of_the_shared_hash_learns_the_same_threshold_and_says_it_in_a_
     assert read is not None and read.threshold == bound.threshold == pytest.approx(0.96)
     assert describe(read) == "at most 1.00% wrong with 95% confidence: serves scores >= 0.96 (400 labels, 0 wrong)"
     assert bound_from_fields({b"n:3": b"5"}) is None, "counts without the parameters they were learnt under"
+
+
+def test_the_upper_bound_holds_at_a_low_confidence_and_beyond_the_exact_sum() -> None:
+    low = upper_wrong_rate(5, 100, confidence=0.3)  # under the observed 5%: at 30% confidence the bound is loose
+    assert low < 0.05 and binomial_cdf(5, 100, low) <= 0.7 < binomial_cdf(5, 100, low * 0.999)
+    beyond = upper_wrong_rate(30, EXACT_LABELS * 3)
+    assert 30 / (EXACT_LABELS * 3) < beyond < 0.02
+    assert binomial_cdf(30, EXACT_LABELS * 3, beyond) <= 0.05 < binomial_cdf(30, EXACT_LABELS * 3, beyond * 0.999)
