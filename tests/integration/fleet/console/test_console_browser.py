@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import asyncio
 import contextlib
 import re
 import secrets
